@@ -1,0 +1,53 @@
+"""The gradient-flow vector field (paper Eqs. 2–4) and its log-time reparametrisation.
+
+State ``y = (V, a, Γ)``. In flow time ``t``:
+
+* ``dV/dt = −∇_V L``, ``da/dt = −∇_a L`` (autodiff of ``L(V, a) = ℓ(β(V, a))``; for the
+  value-softmax model this is ``dV/dt = r sᵀ``, ``da/dt = J(s) Vᵀ r``, SPEC §3.1);
+* ``dΓ/dt = γ(β)`` — the polarisation coefficient carried as a quadrature state (SPEC §3.5).
+
+The integrator runs in ``τ = log(1 + t)``, where ``dy/dτ = (1 + t)·dy/dt``. The late-time
+dynamics of the logistic flow (loss ≈ 1/t, ``u_0 ≈ log t``) are smooth in ``τ``, so
+``t = 1e12`` (``τ ≈ 27.6``) and ``t = 1e30`` (``τ ≈ 69``) take a few hundred steps.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from .losses import AbstractLoss
+from .models import AbstractModel
+
+__all__ = ["gradient_field", "flow_field", "log_time_field", "t_of_tau", "tau_of_t"]
+
+
+def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
+    """``(dV/dt, da/dt) = −∇L(V, a)`` by autodiff. Shapes as ``V`` and ``a``."""
+    gV, ga = jax.grad(lambda V_, a_: model.loss(loss, V_, a_), argnums=(0, 1))(V, a)
+    return -gV, -ga
+
+
+def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:
+    """``dy/dt`` for ``y = (V, a, Γ)`` in flow time."""
+    V, a, _ = y
+    dV, da = gradient_field(model, loss, V, a)
+    return dV, da, model.gamma(loss, V, a)
+
+
+def t_of_tau(tau: Float[Array, "..."]) -> Float[Array, "..."]:
+    """Flow time ``t = exp(τ) − 1``."""
+    return jnp.expm1(tau)
+
+
+def tau_of_t(t: Float[Array, "..."]) -> Float[Array, "..."]:
+    """Log time ``τ = log(1 + t)``."""
+    return jnp.log1p(t)
+
+
+def log_time_field(tau, y, args):
+    """``dy/dτ = (1 + t)·dy/dt`` with ``t = expm1(τ)``; ``args = (model, loss)`` (diffrax signature)."""
+    model, loss = args
+    scale = jnp.exp(tau)
+    return jax.tree.map(lambda f: scale * f, flow_field(model, loss, y))

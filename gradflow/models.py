@@ -1,0 +1,178 @@
+"""Models: parameters ``(V, a)`` ↦ output ``β`` (SPEC §1, §4).
+
+A model fixes how the two parameter blocks produce the attention weights ``s`` and the
+output ``β``, and how the per-output loss is aggregated. The flow, the GD twin and the
+metrics only use the methods below, so adding a model is one small class plus one
+line in :data:`MODELS`.
+
+* :class:`ValueSoftmax` (paper Eq. 1): ``V (d, n)``, ``a (n,)``, ``s = map(a)``, ``β = V s``.
+* :class:`Tied` (appendix, massive activations): ``U (D, D)`` in place of ``V``, ``a (D,)``,
+  ``α = map(U a)``, ``β = U α``.
+* :class:`RowWise` (Sec. 4.1, sinks): ``V (d, T)``, logits ``A (T, T)``; row ``t`` has weights
+  ``s_t = map(A[t])`` and output ``β_t = V s_t``; the loss is the mean over rows.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from . import maps as _maps
+from ._errors import bad_arg
+from .losses import AbstractLoss
+
+__all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_model"]
+
+
+class AbstractModel(eqx.Module):
+    """Shared behaviour. ``normalization`` is a name of :data:`gradflow.maps.MAPS`;
+    ``temperature`` divides the logits before the map."""
+
+    normalization: str = eqx.field(static=True, default="softmax")
+    temperature: Float[Array, ""] = eqx.field(default=1.0, converter=lambda x: jnp.asarray(x, jnp.float64))
+
+    name = "abstract"
+
+    def __check_init__(self):
+        _maps.get_map(self.normalization)
+        if not isinstance(self.temperature, jax.core.Tracer):
+            if not (bool(jnp.isfinite(self.temperature)) and float(self.temperature) > 0):
+                raise bad_arg("temperature", float(self.temperature), "a positive finite float")
+
+    # --- what each model defines -------------------------------------------------
+    def logits(self, V: Array, a: Array) -> Array:
+        """The logits the map is applied to."""
+        return a
+
+    def output(self, V: Array, s: Array) -> Array:
+        """``β`` from the value block and the weights."""
+        raise NotImplementedError
+
+    def check_shapes(self, V: Array, a: Array, loss: AbstractLoss) -> None:
+        raise NotImplementedError
+
+    def u(self, V: Array, teacher: Array) -> Array:
+        """``u = Vᵀβ*`` (one entry per value column)."""
+        return V.T @ teacher
+
+    # --- derived -------------------------------------------------------------------
+    def weights(self, V: Array, a: Array) -> Array:
+        """Attention weights ``s = map(logits / T)``."""
+        return _maps.apply_map(self.logits(V, a), self.normalization, self.temperature)
+
+    def beta(self, V: Array, a: Array) -> Array:
+        return self.output(V, self.weights(V, a))
+
+    def loss(self, loss: AbstractLoss, V: Array, a: Array) -> Float[Array, ""]:
+        """``L(V, a) = ℓ(β)`` (mean over rows for row-wise outputs)."""
+        beta = self.beta(V, a)
+        if beta.ndim == 1:
+            return loss(beta)
+        return jnp.mean(jax.vmap(loss)(beta))
+
+    def gamma(self, loss: AbstractLoss, V: Array, a: Array) -> Float[Array, ""]:
+        """Polarisation rate ``γ`` (mean over rows for row-wise outputs)."""
+        beta = self.beta(V, a)
+        if beta.ndim == 1:
+            return loss.gamma(beta)
+        return jnp.mean(jax.vmap(loss.gamma)(beta))
+
+    def entropy(self, V: Array, a: Array) -> Float[Array, ""]:
+        """Entropy (nats) of the weights, from logits for softmax (SPEC §9); mean over rows."""
+        if self.normalization == "softmax":
+            h = _maps.softmax_entropy(self.logits(V, a), self.temperature)
+        else:
+            h = _maps.weights_entropy(self.weights(V, a))
+        return jnp.mean(h)
+
+
+def _check_value_softmax(model_name, V, a, loss, n_expected_a):
+    if V.ndim != 2:
+        raise bad_arg("V0.shape", tuple(V.shape), f"(d, n) for model {model_name!r}")
+    if a.shape != (n_expected_a,):
+        raise bad_arg("a0.shape", tuple(a.shape), f"({n_expected_a},) to match V0.shape = {tuple(V.shape)}")
+    if V.shape[0] != loss.dim:
+        raise bad_arg("V0.shape", tuple(V.shape), f"(d, n) with d = {loss.dim}, the loss's output dimension")
+
+
+class ValueSoftmax(AbstractModel):
+    """The value-softmax model ``β = V σ(a)`` (paper Eq. 1); ``V (d, n)``, ``a (n,)``."""
+
+    name = "value-softmax"
+
+    def output(self, V, s):
+        return V @ s
+
+    def check_shapes(self, V, a, loss):
+        _check_value_softmax(self.name, V, a, loss, V.shape[1] if V.ndim == 2 else -1)
+
+
+class Tied(AbstractModel):
+    """The tied model ``α = σ(U a)``, ``β = U α`` (appendix, massive activations).
+
+    ``U`` (passed as ``V0``) has shape ``(D, D)``; ``a`` has shape ``(D,)``."""
+
+    name = "tied"
+
+    def logits(self, V, a):
+        return V @ a
+
+    def output(self, V, s):
+        return V @ s
+
+    def check_shapes(self, V, a, loss):
+        if V.ndim != 2 or V.shape[0] != V.shape[1]:
+            raise bad_arg("V0.shape", tuple(V.shape), "a square (D, D) matrix U for model 'tied'")
+        _check_value_softmax(self.name, V, a, loss, V.shape[1])
+
+
+class RowWise(AbstractModel):
+    """Row-wise attention ``β_t = V σ(A[t, :])`` (Sec. 4.1, attention sinks).
+
+    ``V`` (passed as ``V0``) has shape ``(d, T)`` (column ``j`` is the value of token ``j``);
+    the logits ``A`` (passed as ``a0``) have shape ``(T, T)``; ``β`` has shape ``(T, d)`` and the
+    loss is the mean of the per-row losses."""
+
+    name = "rowwise"
+
+    def output(self, V, s):
+        return s @ V.T
+
+    def check_shapes(self, V, a, loss):
+        if V.ndim != 2:
+            raise bad_arg("V0.shape", tuple(V.shape), "(d, T) for model 'rowwise'")
+        T = V.shape[1]
+        if a.shape != (T, T):
+            raise bad_arg("a0.shape", tuple(a.shape), f"({T}, {T}) (one row of logits per token) for model 'rowwise'")
+        if V.shape[0] != loss.dim:
+            raise bad_arg("V0.shape", tuple(V.shape), f"(d, T) with d = {loss.dim}, the loss's output dimension")
+
+
+MODELS: dict[str, type[AbstractModel]] = {
+    "value-softmax": ValueSoftmax,
+    "tied": Tied,
+    "rowwise": RowWise,
+}
+"""Registry of models by name."""
+
+
+def get_model(model, normalization: str = "softmax", temperature=1.0) -> AbstractModel:
+    """Build a model from a name in :data:`MODELS` (or pass an :class:`AbstractModel` through).
+
+    **Raises:** :class:`gradflow.GradflowValueError` for an unknown model or normalisation
+    name, or a temperature that is not positive and finite.
+    """
+    if isinstance(model, AbstractModel):
+        return model
+    try:
+        cls = MODELS[model]
+    except (KeyError, TypeError):
+        raise bad_arg("model", model, f"one of {sorted(MODELS)}") from None
+    _maps.get_map(normalization)
+    try:
+        temperature = float(temperature)
+    except (TypeError, ValueError):
+        raise bad_arg("temperature", temperature, "a positive finite float") from None
+    return cls(normalization=normalization, temperature=temperature)

@@ -1,0 +1,324 @@
+"""Integrate the gradient flow with diffrax (one run, or a batch of runs under ``vmap``)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optimistix as optx
+from jaxtyping import Array, ArrayLike, Float
+
+from ._errors import bad_arg
+from .flow import flow_field, log_time_field, tau_of_t
+from .losses import AbstractLoss, LogisticTeacher, as_float_array
+from .models import AbstractModel, get_model
+from .trajectory import Trajectory, compute_metrics, forward_fill
+
+__all__ = ["simulate", "simulate_batch", "SOLVERS", "default_ts", "resolve_solver"]
+
+SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5")
+"""Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for the logistic
+teacher, whose flow has no finite minimiser and stays non-stiff in log time; ``kvaerno5``
+(implicit, L-stable, Newton root finder) for losses with a finite minimiser (square,
+soft-target cross-entropy), which become stiff in log time once converged."""
+
+
+def resolve_solver(solver: str, loss: AbstractLoss) -> str:
+    """The concrete solver name for ``solver`` (``"auto"`` decided by the loss)."""
+    if solver not in SOLVERS:
+        raise bad_arg("solver", solver, f"one of {list(SOLVERS)}")
+    if solver != "auto":
+        return solver
+    return "dopri8" if isinstance(loss, LogisticTeacher) else "kvaerno5"
+
+
+def _make_solver(name: str):
+    if name == "tsit5":
+        return diffrax.Tsit5()
+    if name == "dopri5":
+        return diffrax.Dopri5()
+    if name == "dopri8":
+        return diffrax.Dopri8()
+    if name == "kvaerno5":
+        return diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+    raise AssertionError(name)  # resolve_solver validated the name
+
+
+def default_ts(t1: float, num: int = 400) -> np.ndarray:
+    """``t = 0`` followed by ``num`` log-spaced flow times from ``1e-3`` to ``t1``
+    (``num`` linearly spaced points if ``t1 ≤ 1e-3``)."""
+    if t1 <= 1e-3:
+        return np.linspace(0.0, t1, num + 1)
+    grid = np.geomspace(1e-3, t1, num)
+    grid[-1] = t1
+    return np.concatenate([[0.0], grid])
+
+
+def _check_positive(name: str, x) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise bad_arg(name, x, "a positive finite number") from None
+    if not math.isfinite(v) or v <= 0:
+        raise bad_arg(name, x, "a positive finite number")
+    return v
+
+
+def _check_times(t1, ts) -> tuple[float, np.ndarray]:
+    t1 = _check_positive("t1", t1)
+    if ts is None:
+        return t1, default_ts(t1)
+    ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
+    if ts_arr is None or ts_arr.size == 0:
+        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
+    if not np.all(np.isfinite(ts_arr)):
+        raise bad_arg("ts", ts, "finite flow times")
+    if np.any(ts_arr < 0) or np.any(ts_arr > t1):
+        raise bad_arg("ts", ts, f"flow times in [0, t1 = {t1:g}]")
+    if np.any(np.diff(ts_arr) <= 0):
+        raise bad_arg("ts", ts, "strictly increasing flow times")
+    return t1, ts_arr
+
+
+def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
+    if not isinstance(loss, AbstractLoss):
+        raise bad_arg("loss", loss, "a gradflow loss (LogisticTeacher, SquareLoss, SoftTargetCrossEntropy)")
+    mdl = get_model(model, normalization, temperature)
+    V0 = as_float_array("V0s" if batch else "V0", V0)
+    a0 = as_float_array("a0s" if batch else "a0", a0)
+    if batch:
+        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0]:
+            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B")
+        mdl.check_shapes(V0[0], a0[0], loss)
+    else:
+        mdl.check_shapes(V0, a0, loss)
+    return mdl, V0, a0
+
+
+def _status_code(result, y_end, model, loss):
+    field_ok = jnp.all(
+        jnp.asarray([jnp.all(jnp.isfinite(f)) for f in jax.tree.leaves(flow_field(model, loss, y_end))])
+    )
+    code = jnp.where(
+        result == diffrax.RESULTS.successful,
+        0,
+        jnp.where(
+            result == diffrax.RESULTS.max_steps_reached,
+            1,
+            jnp.where(result == diffrax.RESULTS.dt_min_reached, 2, 4),
+        ),
+    )
+    return jnp.where(field_ok, code, 3)
+
+
+def _solve_one(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps):
+    """One flow solve in log time; returns a dict of arrays (jit/vmap friendly)."""
+    solver = _make_solver(solver_name)
+    if solver_name == "kvaerno5":
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4)
+    else:
+        controller = diffrax.PIDController(rtol=rtol, atol=atol)
+    tau1 = taus[-1]
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=taus), diffrax.SubSaveAt(t1=True)])
+    y0 = (V0, a0, jnp.zeros((), V0.dtype))
+    sol = diffrax.diffeqsolve(
+        diffrax.ODETerm(log_time_field),
+        solver,
+        t0=jnp.zeros((), taus.dtype),
+        t1=tau1,
+        dt0=None,
+        y0=y0,
+        args=(model, loss),
+        stepsize_controller=controller,
+        saveat=saveat,
+        max_steps=max_steps,
+        throw=False,
+    )
+    (tau_s, tau_end) = sol.ts
+    ys, y_end = sol.ys
+    y_end = jax.tree.map(lambda x: x[0], y_end)
+    valid = jnp.isfinite(tau_s) & jax.tree.reduce(
+        jnp.logical_and,
+        jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
+    )
+    valid = valid.at[0].set(True)
+    V, a, Gamma = forward_fill(valid, ys)
+    metrics = jax.vmap(lambda V_, a_: compute_metrics(model, loss, V_, a_))(V, a)
+    return dict(
+        V=V,
+        a=a,
+        Gamma=Gamma,
+        valid=valid,
+        num_steps=sol.stats["num_steps"],
+        status_code=_status_code(sol.result, y_end, model, loss),
+        t_end=jnp.expm1(tau_end[0]),
+        **metrics,
+    )
+
+
+@eqx.filter_jit
+def _solve_jit(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps):
+    return _solve_one(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps)
+
+
+@eqx.filter_jit
+def _solve_batch_jit(model, loss, V0s, a0s, taus, rtol, atol, solver_name, max_steps, loss_batched):
+    loss_axis = 0 if loss_batched else None
+    in_axes = (None, loss_axis, 0, 0, None, None, None)
+    fn = lambda m, l, V, a, tt, r, at: _solve_one(m, l, V, a, tt, r, at, solver_name, max_steps)
+    return eqx.filter_vmap(fn, in_axes=in_axes)(model, loss, V0s, a0s, taus, rtol, atol)
+
+
+_TIME_AXIS_KEYS = ("V", "a", "s", "Gamma", "valid", "loss", "entropy", "u")
+
+
+def _trajectory(out: dict, ts: np.ndarray, meta: dict, batch_shape=()) -> Trajectory:
+    """Wrap solver output; drops the extra end point :func:`_taus` may have appended."""
+    axis = len(batch_shape)
+    n = ts.shape[0]
+    out = {
+        key: (jax.lax.slice_in_dim(val, 0, n, axis=axis) if key in _TIME_AXIS_KEYS else val)
+        for key, val in out.items()
+    }
+    t = jnp.broadcast_to(jnp.asarray(ts), batch_shape + ts.shape)
+    return Trajectory(t=t, meta=tuple(sorted(meta.items())), **out)
+
+
+def _meta(model, loss, solver, rtol, atol, t1, max_steps):
+    return {
+        "method": "flow",
+        "model": model.name,
+        "normalization": model.normalization,
+        "temperature": float(model.temperature),
+        "loss": type(loss).__name__,
+        "solver": solver,
+        "rtol": rtol,
+        "atol": atol,
+        "t1": t1,
+        "max_steps": max_steps,
+        "time": "log1p",
+    }
+
+
+def simulate(
+    loss: AbstractLoss,
+    V0: Float[ArrayLike, "d n"],
+    a0: Float[ArrayLike, "..."],
+    *,
+    t1: float,
+    ts: Float[ArrayLike, " T"] | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    normalization: str = "softmax",
+    temperature: float = 1.0,
+    solver: str = "auto",
+    model: str | AbstractModel = "value-softmax",
+    max_steps: int = 16384,
+) -> Trajectory:
+    """Integrate the gradient flow of ``L(V, a) = ℓ(β(V, a))`` from ``(V0, a0)`` to flow time ``t1``.
+
+    The flow (paper Eqs. 2–4; SPEC §3.1) is integrated in float64 in the log time
+    ``τ = log(1 + t)`` with an adaptive diffrax solver, together with the polarisation
+    coefficient ``Γ(t) = ∫₀ᵗ γ dt`` as a quadrature state (SPEC §3.5).
+
+    **Arguments:**
+
+    - ``loss``: a :class:`LogisticTeacher`, :class:`SquareLoss` or :class:`SoftTargetCrossEntropy`.
+    - ``V0``: initial value block, shape ``(d, n)`` (``(D, D)`` for ``model="tied"``,
+      ``(d, T)`` for ``"rowwise"``). Cast to float64.
+    - ``a0``: initial logits, shape ``(n,)`` (``(T, T)`` for ``"rowwise"``).
+    - ``t1``: final flow time, ``0 < t1 < ∞`` (``1e30`` is fine).
+    - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default
+      :func:`default_ts` (``0`` and 400 log-spaced points from ``1e-3`` to ``t1``).
+    - ``rtol``, ``atol``: tolerances of the PID step-size controller (default ``1e-8``, ``1e-10``),
+      on the state ``(V, a, Γ)`` in log time. Passed as arrays: changing them does not recompile.
+    - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.maps.MAPS`).
+    - ``solver``: one of :data:`SOLVERS` (default ``"auto"``).
+    - ``model``: ``"value-softmax"`` (default), ``"tied"``, ``"rowwise"`` or a model instance.
+    - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
+
+    **Returns:** a :class:`Trajectory` with ``t = ts``. Solver failures do not raise: see
+    ``traj.status`` / ``traj.t_end``; points after a failure have ``valid = False``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for non-finite or mis-shaped arrays, a
+    non-positive or non-finite ``t1``/``rtol``/``atol``, bad ``ts``, unknown names.
+
+    >>> import gradflow, numpy as np
+    >>> rng = np.random.RandomState(0)
+    >>> loss = gradflow.LogisticTeacher(rng.randn(4))
+    >>> traj = gradflow.simulate(loss, 0.1 * rng.randn(4, 4), np.zeros(4), t1=1e6)
+    >>> traj.status, bool(traj.s[-1].max() > 0.5)
+    ('ok', True)
+    """
+    mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
+    t1, ts = _check_times(t1, ts)
+    rtol = _check_positive("rtol", rtol)
+    atol = _check_positive("atol", atol)
+    max_steps = int(_check_positive("max_steps", max_steps))
+    name = resolve_solver(solver, loss)
+    taus = _taus(ts, t1)
+    out = _solve_jit(mdl, loss, V0, a0, taus, jnp.asarray(rtol), jnp.asarray(atol), name, max_steps)
+    return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
+
+
+def _taus(ts: np.ndarray, t1: float) -> Array:
+    """Save points in log time; the last one is always ``log1p(t1)`` (the end of the solve)."""
+    taus = np.log1p(ts)
+    if ts[-1] != t1:
+        taus = np.concatenate([taus, [np.log1p(t1)]])
+    return jnp.asarray(taus)
+
+
+def simulate_batch(
+    loss: AbstractLoss | Sequence[AbstractLoss],
+    V0s: Float[ArrayLike, "B d n"],
+    a0s: Float[ArrayLike, "B ..."],
+    *,
+    t1: float,
+    ts: Float[ArrayLike, " T"] | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    normalization: str = "softmax",
+    temperature: float = 1.0,
+    solver: str = "auto",
+    model: str | AbstractModel = "value-softmax",
+    max_steps: int = 16384,
+) -> Trajectory:
+    """:func:`simulate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
+
+    ``V0s`` has shape ``(B, d, n)`` and ``a0s`` ``(B, n)``. ``loss`` is one loss shared by all
+    lanes, or a sequence of ``B`` losses of the same type and shapes (one teacher per seed).
+    Every array of the returned :class:`Trajectory` gains a leading axis ``B``; ``status``
+    is per lane (a stiff or failing lane does not raise).
+
+    **Raises:** as :func:`simulate`, plus a mismatch of batch sizes.
+    """
+    loss_batched = isinstance(loss, (list, tuple))
+    if loss_batched:
+        if len(loss) == 0 or not all(isinstance(x, type(loss[0])) for x in loss):
+            raise bad_arg("loss", loss, "one loss or a non-empty sequence of losses of one type")
+        first = loss[0]
+    else:
+        first = loss
+    mdl, V0s, a0s = _prepare(first, V0s, a0s, model, normalization, temperature, batch=True)
+    if loss_batched:
+        if len(loss) != V0s.shape[0]:
+            raise bad_arg("loss", f"{len(loss)} losses", f"one loss per lane (B = {V0s.shape[0]})")
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *loss)
+    else:
+        stacked = loss
+    t1, ts = _check_times(t1, ts)
+    rtol = _check_positive("rtol", rtol)
+    atol = _check_positive("atol", atol)
+    max_steps = int(_check_positive("max_steps", max_steps))
+    name = resolve_solver(solver, first)
+    taus = _taus(ts, t1)
+    out = _solve_batch_jit(
+        mdl, stacked, V0s, a0s, taus, jnp.asarray(rtol), jnp.asarray(atol), name, max_steps, loss_batched
+    )
+    return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

@@ -1,0 +1,152 @@
+"""The result of a flow or a descent: an immutable pytree of saved states and metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Bool, Float, Int
+
+from .losses import AbstractLoss
+from .models import AbstractModel
+
+__all__ = ["Trajectory", "STATUS", "compute_metrics", "atomic_write"]
+
+STATUS = ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
+"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` the
+step size collapsed (``dt_min``); ``3`` the state or field turned non-finite (for GD: the
+iterate diverged); ``4`` another solver failure (e.g. the implicit solver's Newton iteration)."""
+
+
+class Trajectory(eqx.Module):
+    """Saved states of one run (or a batch of runs: every array gains a leading axis ``B``).
+
+    **Fields** (``T`` saved points; float64 unless stated):
+
+    - ``t (T,)``: flow time of each saved point. For GD, ``t = lr·k``.
+    - ``k (T,)`` int: GD iteration index (``None`` for the flow).
+    - ``V (T, d, n)``: value block (``U`` for the tied model).
+    - ``a (T, n)``: logits (``(T, T_tok, T_tok)`` for the row-wise model).
+    - ``s``: attention weights ``map(a)``, shape as ``a``.
+    - ``loss (T,)``: ``L(V, a)``.
+    - ``Gamma (T,)``: polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` (GD: ``Σ lr·γ_k``).
+    - ``entropy (T,)``: entropy of ``s`` in nats (from logits for softmax; mean over rows).
+    - ``u (T, n)``: ``Vᵀβ*`` when the loss has a teacher, else ``None``.
+    - ``valid (T,)`` bool: whether the run reached that point. Unreached points hold the
+      last reached state (never NaN/inf).
+    - ``num_steps ()`` int: solver steps taken (accepted and rejected) or GD iterations done.
+    - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
+    - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
+    - ``meta``: static description (model, normalisation, solver, tolerances …).
+    """
+
+    t: Float[Array, "*B T"]
+    V: Float[Array, "*B T d n"]
+    a: Float[Array, "*B T ..."]
+    s: Float[Array, "*B T ..."]
+    loss: Float[Array, "*B T"]
+    Gamma: Float[Array, "*B T"]
+    entropy: Float[Array, "*B T"]
+    valid: Bool[Array, "*B T"]
+    num_steps: Int[Array, "*B"]
+    status_code: Int[Array, "*B"]
+    t_end: Float[Array, "*B"]
+    u: Float[Array, "*B T n"] | None = None
+    k: Int[Array, "*B T"] | None = None
+    meta: tuple = eqx.field(static=True, default=())
+
+    @property
+    def status(self):
+        """Status name (``str``), or a list of names for a batch."""
+        code = np.asarray(self.status_code)
+        if code.ndim == 0:
+            return STATUS[int(code)]
+        return [STATUS[int(c)] for c in code.ravel()]
+
+    @property
+    def ok(self) -> bool:
+        """True when every run in the trajectory finished with status ``ok``."""
+        return bool(np.all(np.asarray(self.status_code) == 0))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.meta)
+
+    @property
+    def batched(self) -> bool:
+        return np.ndim(self.status_code) > 0
+
+    def __getitem__(self, i) -> "Trajectory":
+        """Lane ``i`` of a batched trajectory."""
+        if not self.batched:
+            raise IndexError("a single (unbatched) trajectory cannot be indexed; index a batch")
+        return jax.tree.map(lambda x: x[i], self)
+
+    # ------------------------------------------------------------------ save/load
+    _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "u", "k")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write to ``path`` (``.npz``: arrays plus a JSON string of ``meta``), atomically."""
+        arrays = {name: np.asarray(getattr(self, name)) for name in self._ARRAYS if getattr(self, name) is not None}
+        arrays["_meta_json"] = np.asarray(json.dumps(self.metadata, default=str))
+        atomic_write(path, lambda f: np.savez(f, **arrays))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Trajectory":
+        """Read a file written by :meth:`save`."""
+        with np.load(path, allow_pickle=False) as z:
+            fields = {name: jnp.asarray(z[name]) for name in cls._ARRAYS if name in z.files}
+            meta = json.loads(str(z["_meta_json"]))
+        return cls(meta=tuple(sorted(meta.items())), **fields)
+
+
+def atomic_write(path: str | os.PathLike, write) -> None:
+    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
+
+    A crash leaves either the old file or the new one, never a partial file.
+    """
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def compute_metrics(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> dict[str, Array]:
+    """Metrics of one state: ``s``, ``loss``, ``entropy`` and ``u`` (if the loss has a teacher)."""
+    out = {
+        "s": model.weights(V, a),
+        "loss": model.loss(loss, V, a),
+        "entropy": model.entropy(V, a),
+    }
+    if loss.teacher is not None:
+        out["u"] = model.u(V, loss.teacher)
+    return out
+
+
+def forward_fill(valid: Array, tree):
+    """Replace rows where ``valid`` is False by the last valid row before them (row 0 is valid)."""
+
+    def step(prev, xs):
+        ok, row = xs
+        new = jax.tree.map(lambda r, p: jnp.where(ok, r, p), row, prev)
+        return new, new
+
+    first = jax.tree.map(lambda x: x[0], tree)
+    _, filled = jax.lax.scan(step, first, (valid, tree))
+    return filled
