@@ -1,0 +1,182 @@
+"""The figure registry and the builder shared by every figure id.
+
+A figure module defines ``FIGURE = Figure(...)``: a config (paper scale or quick), a
+``compute`` that returns the plotted data as NumPy arrays, a ``plot`` that draws them, and
+optionally a ``summary`` of measured numbers and ``extras`` (e.g. animated GIFs).
+:func:`build` caches the data (``ID.npz``) keyed by the config, so a re-run with an
+unchanged config only re-plots; all files are written atomically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+import numpy as np
+
+from gradflow.trajectory import atomic_write
+
+__all__ = ["Figure", "FIGURE_MODULES", "figure_ids", "get_figure", "build", "provenance"]
+
+# id -> module under sims/ (imported lazily so `gradflow figures --list` is fast)
+FIGURE_MODULES: dict[str, str] = {
+    "fig2": "sims.fig2",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One figure id.
+
+    - ``config(quick) -> dict``: JSON-serialisable settings (seed, sizes, horizons).
+    - ``compute(config, progress) -> dict[str, np.ndarray]``: the plotted data.
+    - ``plot(data, config) -> matplotlib Figure``.
+    - ``summary(data, config) -> dict``: measured numbers for the JSON / gallery (optional).
+    - ``extras(data, config, out_dir) -> list[str]``: extra files written (optional).
+    """
+
+    id: str
+    title: str
+    config: Callable[[bool], dict]
+    compute: Callable[..., dict[str, np.ndarray]]
+    plot: Callable[[dict, dict], Any]
+    summary: Callable[[dict, dict], dict] | None = None
+    extras: Callable[[dict, dict, str], list[str]] | None = None
+    version: int = 1
+
+
+def figure_ids() -> list[str]:
+    return list(FIGURE_MODULES)
+
+
+def get_figure(fig_id: str) -> Figure:
+    from gradflow._errors import bad_arg
+
+    if fig_id not in FIGURE_MODULES:
+        raise bad_arg("figure id", fig_id, f"one of {figure_ids()}")
+    return importlib.import_module(FIGURE_MODULES[fig_id]).FIGURE
+
+
+def _git_revision() -> str:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if rev.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5)
+        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def provenance() -> dict[str, Any]:
+    """Package versions, Python, platform and git revision."""
+    versions = {}
+    for pkg in ("gradflow", "jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    return {
+        "packages": versions,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "git_revision": _git_revision(),
+    }
+
+
+def config_hash(fig: Figure, config: dict) -> str:
+    blob = json.dumps({"id": fig.id, "version": fig.version, "config": config}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _save_npz(path: str, data: dict[str, np.ndarray]) -> None:
+    for key, val in data.items():
+        arr = np.asarray(val)
+        if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
+            raise RuntimeError(f"figure data {key!r} has non-finite values; refusing to write {path}")
+    atomic_write(path, lambda f: np.savez(f, **{k: np.asarray(v) for k, v in data.items()}))
+
+
+def _load_cached(fig: Figure, config: dict, out_dir: str) -> dict | None:
+    npz, meta = (os.path.join(out_dir, f"{fig.id}.{ext}") for ext in ("npz", "json"))
+    if not (os.path.exists(npz) and os.path.exists(meta)):
+        return None
+    try:
+        with open(meta) as f:
+            info = json.load(f)
+        if info.get("config_hash") != config_hash(fig, config):
+            return None
+        with np.load(npz, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, json.JSONDecodeError):
+        return None
+
+
+def build(fig_id: str, out_dir: str, *, quick: bool = False, force: bool = False, progress: bool = True) -> dict:
+    """Build one figure into ``out_dir``: ``ID.png``, ``ID.pdf``, ``ID.npz``, ``ID.json`` (+ extras).
+
+    Returns the JSON record written (config, summary, provenance, timings, cached flag).
+    """
+    import matplotlib.pyplot as plt
+
+    fig = get_figure(fig_id)
+    config = fig.config(quick)
+    os.makedirs(out_dir, exist_ok=True)
+    start = time.perf_counter()
+    data = None if force else _load_cached(fig, config, out_dir)
+    cached = data is not None
+    if data is None:
+        data = {k: np.asarray(v) for k, v in fig.compute(config, progress=progress).items()}
+        _save_npz(os.path.join(out_dir, f"{fig.id}.npz"), data)
+    compute_s = time.perf_counter() - start
+    mpl_fig = fig.plot(data, config)
+    for ext in ("png", "pdf"):
+        path = os.path.join(out_dir, f"{fig.id}.{ext}")
+        atomic_write(path, lambda f, ext=ext: mpl_fig.savefig(f, format=ext))
+    plt.close(mpl_fig)
+    files = [f"{fig.id}.{ext}" for ext in ("png", "pdf", "npz", "json")]
+    if fig.extras is not None:
+        files += fig.extras(data, config, out_dir)
+    record = {
+        "id": fig.id,
+        "title": fig.title,
+        "quick": quick,
+        "config": config,
+        "config_hash": config_hash(fig, config),
+        "seed": config.get("seed"),
+        "summary": fig.summary(data, config) if fig.summary else {},
+        "cached": cached,
+        "compute_seconds": round(compute_s, 3),
+        "wall_seconds": round(time.perf_counter() - start, 3),
+        "files": files,
+        **provenance(),
+    }
+    if cached:  # keep the wall time of the run that computed the data
+        try:
+            with open(os.path.join(out_dir, f"{fig.id}.json")) as f:
+                record["compute_seconds"] = json.load(f).get("compute_seconds", record["compute_seconds"])
+        except (OSError, json.JSONDecodeError):
+            pass
+    text = json.dumps(record, indent=2, default=_json_default)
+    atomic_write(os.path.join(out_dir, f"{fig.id}.json"), lambda f: f.write(text.encode()))
+    return record
+
+
+def _json_default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    return str(x)

@@ -1,0 +1,60 @@
+"""One paper style for every figure: serif, ICML two-column width, headless (Agg)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+
+WIDTH = 6.75
+"""ICML two-column text width in inches."""
+
+FLOW = dict(linestyle="-", linewidth=1.4)
+"""Flow curves: solid."""
+
+GD = dict(linestyle="none", marker="o", markersize=2.2, markerfacecolor="none", markeredgewidth=0.6)
+"""GD iterates: open markers over the flow."""
+
+RC = {
+    "font.family": "serif",
+    "font.serif": ["DejaVu Serif", "Times New Roman", "Times"],
+    "mathtext.fontset": "dejavuserif",
+    "font.size": 8,
+    "axes.titlesize": 8.5,
+    "axes.labelsize": 8,
+    "legend.fontsize": 6.5,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.grid": True,
+    "grid.alpha": 0.25,
+    "grid.linewidth": 0.5,
+    "lines.linewidth": 1.2,
+    "legend.frameon": False,
+    "figure.dpi": 100,
+    "savefig.dpi": 200,
+    "savefig.bbox": "tight",
+    "text.usetex": False,
+}
+
+
+def apply() -> None:
+    """Install the paper style in matplotlib's rcParams (done on import of this module)."""
+    plt.rcParams.update(RC)
+
+
+apply()
+
+
+def figure(nrows: int = 1, ncols: int = 2, height: float = 2.4, **kwargs):
+    """A ``(fig, axes)`` pair at the paper's width with the shared style."""
+    fig, axes = plt.subplots(nrows, ncols, figsize=(WIDTH, height), layout="constrained", squeeze=False, **kwargs)
+    return fig, axes
+
+
+def colors(n: int):
+    """``n`` distinguishable colours (tab10, then a viridis sweep beyond ten)."""
+    if n <= 10:
+        return [plt.get_cmap("tab10")(i) for i in range(n)]
+    return [plt.get_cmap("viridis")(i / max(n - 1, 1)) for i in range(n)]
