@@ -10,12 +10,12 @@ jax.config.update("jax_enable_x64", True)
 
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
-from .descend import descend  # noqa: E402
+from ._descend import descend  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
 from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, SquareLoss  # noqa: E402
 from .maps import MAPS, apply_map  # noqa: E402
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model  # noqa: E402
-from .simulate import SOLVERS, simulate, simulate_batch  # noqa: E402
+from ._simulate import SOLVERS, simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Trajectory  # noqa: E402
 
 __version__ = "0.1.0"

@@ -12,7 +12,7 @@ from jaxtyping import ArrayLike, Float
 from ._errors import bad_arg
 from .losses import AbstractLoss
 from .models import AbstractModel
-from .simulate import _check_positive, _prepare
+from ._simulate import _check_positive, _prepare
 from .trajectory import Trajectory, compute_metrics
 
 __all__ = ["descend", "default_record"]
