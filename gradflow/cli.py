@@ -36,9 +36,39 @@ def _cmd_figures(args) -> int:
     return 0
 
 
+def _print_check_table(results) -> None:
+    rows = [("id", "statement", "trials", "holds", "worst margin", "control")]
+    for r in results:
+        stmt = r.statement if len(r.statement) <= 60 else r.statement[:57] + "..."
+        rows.append((r.id, stmt, str(r.trials), "yes" if r.holds else "NO", f"{r.worst_margin:.3g}",
+                     "holds (DEFECT)" if r.control_holds else "fails"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+
+
+def _cmd_check(args) -> int:
+    from theory import get_check, run_checks
+
+    for cid in args.ids:  # unknown id: one-line error, exit 2 (before any computation)
+        get_check(cid)
+    results = run_checks(args.ids or None, trials=args.trials, seed=args.seed)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=1))
+    else:
+        _print_check_table(results)
+    return 0 if all(r.holds and not r.control_holds for r in results) else 1
+
+
 def _cmd_reproduce(args) -> int:
+    from theory import DEFAULT_TRIALS, run_checks
+
+    results = run_checks(None, trials=DEFAULT_TRIALS, seed=0)
+    _print_check_table(results)
+    checks_ok = all(r.holds and not r.control_holds for r in results)
     args.ids, args.list, args.verbose = [], False, True
-    return _cmd_figures(args)
+    status = _cmd_figures(args)
+    return status if status else (0 if checks_ok else 1)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -58,7 +88,14 @@ def _parser() -> argparse.ArgumentParser:
     figure_opts(f)
     f.set_defaults(func=_cmd_figures)
 
-    r = sub.add_parser("reproduce", help="the main job: build every figure (paper scale unless --quick)")
+    c = sub.add_parser("check", help="run the theorem checks (SPEC §4) with their negative controls")
+    c.add_argument("ids", nargs="*", help="check ids (default: all)")
+    c.add_argument("--trials", type=int, default=16, help="random trials per check (default: 16)")
+    c.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
+    c.set_defaults(func=_cmd_check)
+
+    r = sub.add_parser("reproduce", help="the main job: run the checks, then build every figure (paper scale unless --quick)")
     figure_opts(r)
     r.set_defaults(func=_cmd_reproduce)
     return p

@@ -1,0 +1,47 @@
+"""theory: every theorem and claim of the paper (SPEC §4) as a check that can fail.
+
+Each check has (1) functions that evaluate its statement on given trajectories and return a
+:class:`Verdict` (``holds``, signed ``worst_margin``), and (2) a default experiment — a random
+sweep over seeds (vmapped with :func:`gradflow.simulate_batch`), sizes and scales within the
+theorem's assumptions — plus a negative control where the statement must fail, both run by
+:func:`run_check` and reported as a :class:`CheckResult`.
+
+>>> import theory
+>>> theory.check_ids()[:3]
+['thm3.2a', 'thm3.2b', 'thm3.3a']
+"""
+
+from ._result import CheckResult, Verdict
+from .empirical import normalisation_verdict, sink_verdict
+from .invariants import output_response, sum_a_conserved, v_perp_frozen
+from .ordering import order_preserved, repulsion
+from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
+from .registry import CHECKS, DEFAULT_TRIALS, check_ids, get_check, run_check, run_checks
+from .replicator import replicator_agrees
+from .square import conditioning_trend, partial_polarisation, rank_one
+
+__all__ = [
+    "CHECKS",
+    "CheckResult",
+    "DEFAULT_TRIALS",
+    "Verdict",
+    "asymptotic_fits",
+    "check_ids",
+    "conditioning_trend",
+    "gamma_log_growth",
+    "get_check",
+    "loss_vanishes",
+    "normalisation_verdict",
+    "order_preserved",
+    "output_response",
+    "partial_polarisation",
+    "rank_one",
+    "ratio_bound",
+    "repulsion",
+    "replicator_agrees",
+    "run_check",
+    "run_checks",
+    "sink_verdict",
+    "sum_a_conserved",
+    "v_perp_frozen",
+]

@@ -1,0 +1,22 @@
+"""`gradflow check`: table, --json, exit statuses."""
+
+import json
+
+from gradflow.cli import main
+
+
+def test_unknown_id_exits_2(capsys):
+    assert main(["check", "thm9.9"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("gradflow: error:")
+
+
+def test_json_and_table(capsys):
+    assert main(["check", "thm3.3b", "--trials", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["id"] for r in out] == ["thm3.3b"]
+    assert set(out[0]) == {"id", "statement", "holds", "trials", "worst_margin", "control_holds", "details"}
+    assert out[0]["holds"] is True and out[0]["control_holds"] is False
+    assert main(["check", "thm3.3b", "--trials", "2"]) == 0
+    table = capsys.readouterr().out
+    assert "thm3.3b" in table and "worst margin" in table

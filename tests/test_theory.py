@@ -1,0 +1,145 @@
+"""theory/: every check holds on its default experiment and fails on its negative control;
+hand-made violating trajectories are reported as failing."""
+
+import json
+
+import equinox as eqx
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import gradflow
+import theory
+from theory._sweeps import logistic_sweep
+
+TRIALS = 2
+
+
+@pytest.fixture(scope="module")
+def results():
+    return {r.id: r for r in theory.run_checks(trials=TRIALS, seed=0)}
+
+
+REQUIRED = [
+    "thm3.2a", "thm3.2b", "thm3.3a", "thm3.3b", "thm3.3c", "lem3.5a", "lem3.5b", "lemD.2",
+    "inv.sum_a", "inv.v_perp", "replicator", "conditioning", "normalisations", "sinks",
+]
+
+
+def test_registry_lists_required_ids():
+    assert theory.check_ids() == REQUIRED
+
+
+@pytest.mark.parametrize("cid", REQUIRED)
+def test_check_holds_and_control_fails(results, cid):
+    r = results[cid]
+    assert r.holds, (cid, r.worst_margin, dict(r.details))
+    assert r.worst_margin > 0
+    assert not r.control_holds, (cid, dict(r.details)["control"])
+    assert dict(r.details)["control"]["worst_margin"] != "inf"
+    d = r.to_dict()
+    assert set(d) == {"id", "statement", "holds", "trials", "worst_margin", "control_holds", "details"}
+    json.dumps(d, allow_nan=False)
+
+
+def test_result_is_immutable(results):
+    r = results["thm3.2a"]
+    with pytest.raises(Exception):
+        r.holds = False
+    with pytest.raises(TypeError):
+        r.details["x"] = 1
+
+
+def test_unknown_id_and_bad_trials():
+    with pytest.raises(gradflow.GradflowValueError):
+        theory.run_check("thm9.9")
+    with pytest.raises(gradflow.GradflowValueError):
+        theory.run_check("thm3.2a", trials=0)
+
+
+def test_asymptotic_fits_reported(results):
+    fits = dict(results["thm3.3c"].details)["asymptotic_fits"]
+    assert fits["window"] == [1e8, 1e12]
+    assert abs(fits["dGamma_dlogt_normalised"]["mean"] - 1) < 0.05
+    assert abs(fits["loss_loglog_slope"]["mean"] + 1) < 0.05
+    assert abs(fits["u0_vs_logt"]["mean"] - 1) < 0.05
+
+
+# ------------------------------------------------------------ hand-made violations
+
+
+@pytest.fixture(scope="module")
+def one_run():
+    traj, losses, _ = logistic_sweep(TRIALS, 0)[0]
+    return traj[0], losses[0]
+
+
+def test_crossed_order_is_reported(one_run):
+    traj, _ = one_run
+    assert theory.order_preserved(traj).holds
+    order = np.argsort(-np.asarray(traj.u[0]))
+    i, j = order[0], order[1]
+    k = traj.t.shape[0] // 2
+    u = np.asarray(traj.u).copy()
+    u[k:, [i, j]] = u[k:, [j, i]]  # the top two tokens cross halfway
+    bad = eqx.tree_at(lambda t: t.u, traj, jnp.asarray(u))
+    v = theory.order_preserved(bad)
+    assert not v.holds and v.worst_margin < 0
+    assert not theory.repulsion(bad).holds
+
+
+def test_shrinking_gap_is_reported(one_run):
+    traj, _ = one_run
+    assert theory.repulsion(traj).holds
+    u = np.asarray(traj.u).copy()
+    order = np.argsort(-u[0])
+    u[-1, order[0]] = u[-2, order[0]] - 1e-6  # u_0 steps back at the end: a gap shrinks
+    bad = eqx.tree_at(lambda t: t.u, traj, jnp.asarray(u))
+    assert not theory.repulsion(bad).holds
+
+
+def test_broken_bound_is_reported(one_run):
+    traj, _ = one_run
+    assert theory.ratio_bound(traj).holds
+    bad = eqx.tree_at(lambda t: t.Gamma, traj, traj.Gamma * 1e6)  # Γ inflated: the bound is violated
+    v = theory.ratio_bound(bad)
+    assert not v.holds and v.worst_margin < 0
+
+
+def test_flat_gamma_and_growing_loss_are_reported(one_run):
+    traj, loss = one_run
+    assert theory.gamma_log_growth(traj, loss).holds
+    flat = eqx.tree_at(lambda t: t.Gamma, traj, jnp.minimum(traj.Gamma, 3.0))
+    assert not theory.gamma_log_growth(flat, loss).holds
+    assert theory.loss_vanishes(traj, loss).holds
+    bump = eqx.tree_at(lambda t: t.loss, traj, traj.loss.at[-1].set(traj.loss[-2] * 1.01))
+    assert not theory.loss_vanishes(bump, loss).holds
+
+
+def test_broken_invariants_are_reported(one_run):
+    traj, loss = one_run
+    assert theory.sum_a_conserved(traj).holds
+    assert not theory.sum_a_conserved(eqx.tree_at(lambda t: t.a, traj, traj.a.at[-1, 0].add(1e-3))).holds
+    assert theory.v_perp_frozen(traj, loss).holds
+    b = np.asarray(loss.beta_star)
+    perp = np.linalg.svd(b[None, :])[2][-1]  # a unit vector orthogonal to β*
+    moved = traj.V.at[-1].add(1e-3 * jnp.outer(perp, jnp.ones(traj.V.shape[-1])))
+    assert not theory.v_perp_frozen(eqx.tree_at(lambda t: t.V, traj, moved), loss).holds
+    assert theory.output_response(traj, loss).holds
+    assert not theory.output_response(traj, loss, power=1).holds
+
+
+def test_replicator_detects_a_perturbed_trajectory(one_run):
+    traj, loss = one_run
+    assert theory.replicator_agrees(traj, loss).holds
+    bad = eqx.tree_at(lambda t: t.s, traj, traj.s.at[-1].set(jnp.roll(traj.s[-1], 1)))
+    assert not theory.replicator_agrees(bad, loss).holds
+
+
+def test_trend_and_tables_can_fail():
+    flat = np.tile(np.linspace(0.1, 0.5, 5), (3, 1))
+    assert theory.conditioning_trend(flat).holds
+    assert not theory.conditioning_trend(flat[:, ::-1]).holds
+    good = {"softmax": [0.99], "l1": [0.9], "l2": [1.0], "relu": [1.0], "sigmoid": [0.1], "sum": [0.2]}
+    assert theory.normalisation_verdict(good).holds
+    assert not theory.normalisation_verdict({**good, "sigmoid": [0.95]}).holds

@@ -1,0 +1,77 @@
+"""The one registry of check ids (SPEC §4). Each id maps to a function
+``run(trials: int = 16, seed: int = 0) -> CheckResult`` running its default experiment and
+negative control."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from gradflow import GradflowValueError
+
+from . import empirical, invariants, ordering, polarisation, replicator, square
+from ._result import CheckResult
+
+__all__ = ["CHECKS", "check_ids", "get_check", "run_check", "run_checks", "DEFAULT_TRIALS"]
+
+DEFAULT_TRIALS = 16
+
+CHECKS: dict[str, Callable[..., CheckResult]] = {
+    "thm3.2a": ordering.run_thm3_2a,
+    "thm3.2b": ordering.run_thm3_2b,
+    "thm3.3a": polarisation.run_thm3_3a,
+    "thm3.3b": polarisation.run_thm3_3b,
+    "thm3.3c": polarisation.run_thm3_3c,
+    "lem3.5a": square.run_lem3_5a,
+    "lem3.5b": square.run_lem3_5b,
+    "lemD.2": invariants.run_lemD2,
+    "inv.sum_a": invariants.run_inv_sum_a,
+    "inv.v_perp": invariants.run_inv_v_perp,
+    "replicator": replicator.run_replicator,
+    "conditioning": square.run_conditioning,
+    "normalisations": empirical.run_normalisations,
+    "sinks": empirical.run_sinks,
+}
+"""Check id → default-experiment runner, in report order."""
+
+
+def check_ids() -> list[str]:
+    """All registered ids, in report order."""
+    return list(CHECKS)
+
+
+def get_check(check_id: str) -> Callable[..., CheckResult]:
+    """The runner for ``check_id``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for an unknown id.
+    """
+    try:
+        return CHECKS[check_id]
+    except (KeyError, TypeError):
+        raise GradflowValueError(f"check id: got {check_id!r}; expected one of {check_ids()}") from None
+
+
+def _validate(trials, seed):
+    if not isinstance(trials, int) or isinstance(trials, bool) or trials < 1:
+        raise GradflowValueError(f"trials: got {trials!r}; expected a positive integer")
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise GradflowValueError(f"seed: got {seed!r}; expected a non-negative integer")
+
+
+def run_check(check_id: str, trials: int = DEFAULT_TRIALS, seed: int = 0) -> CheckResult:
+    """Run one check's default experiment (``trials`` random trials from ``seed``) and control.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for an unknown id, ``trials < 1`` or ``seed < 0``.
+    """
+    fn = get_check(check_id)
+    _validate(trials, seed)
+    return fn(trials, seed)
+
+
+def run_checks(ids: Sequence[str] | None = None, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[CheckResult]:
+    """Run several checks (default: all, in registry order); all ids are validated first.
+    Checks share cached sweeps, so running them together is much cheaper than one by one."""
+    ids = check_ids() if not ids else list(ids)
+    for cid in ids:
+        get_check(cid)
+    _validate(trials, seed)
+    return [CHECKS[cid](trials, seed) for cid in ids]

@@ -1,0 +1,188 @@
+"""Square losses: Lemma 3.5 (rank-one ``V`` from ``V(0) = 0``; finite ``Γ(∞)``, partial
+polarisation) and the conditioning experiment (paper Figs. 3/12, empirical)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+import gradflow
+
+from ._reduced import integrate_reduced
+from ._result import CheckResult, Verdict, combine
+from ._sweeps import as_list, lanes, logistic_from_square_init, square_sweep
+
+__all__ = [
+    "STATEMENTS",
+    "RANK_ONE_TOL",
+    "rank_one",
+    "partial_polarisation",
+    "conditioning_trend",
+    "run_lem3_5a",
+    "run_lem3_5b",
+    "run_conditioning",
+    "KAPPAS",
+]
+
+STATEMENTS = {
+    "lem3.5a": "Lemma 3.5: square loss from V(0) = 0 keeps V = b* u^T/|b*|^2 (rank one); the reduced (u, a) system agrees",
+    "lem3.5b": "Lemma 3.5: square loss from V(0) = 0 has Gamma(inf) finite and only partial polarisation (max s < 1/2)",
+    "conditioning": "Figs. 3/12 (empirical): square loss with design of condition number kappa = 1..5: final max s grows with kappa",
+}
+
+RANK_ONE_TOL = 1e-9
+"""Tolerance on ``‖V − β*uᵀ/‖β*‖²‖_F / (1 + ‖V‖_F)`` (exact up to round-off)."""
+
+REDUCED_TOL = 1e-5
+"""Tolerance on the reduced-system error (two solvers at ``rtol ≈ 1e-8`` over ``t ≤ 1e4``)."""
+
+PLATEAU_TOL = 1e-3
+"""Γ(∞) finite: ``(Γ(t1) − Γ(t1/100)) / Γ(t1)`` must stay below this."""
+
+MAX_S_PARTIAL = 0.5
+"""Partial polarisation: ``max_i s_i(t1)`` must stay below this."""
+
+
+def rank_one(traj: gradflow.Trajectory, losses, tol: float = RANK_ONE_TOL, reduced_tol: float = REDUCED_TOL) -> Verdict:
+    """Lemma 3.5 on given square-loss trajectories. Sub-errors per trial: (1) distance of ``V(t)``
+    from ``β* u(t)ᵀ/‖β*‖²`` (relative); (2) max error of the reduced ``(u, a)`` system with
+    ``γ = 1 − ⟨u, s⟩/‖β*‖²``, integrated independently from ``(u(0), a(0))``, against ``u, a``.
+    Margin ``min(log10(tol / rank error), log10(reduced_tol / reduced error))``."""
+    ls = lanes(traj)
+    losses = as_list(losses, len(ls))
+    margins, oks, errs = [], [], []
+    for lane, loss in zip(ls, losses):
+        b = np.asarray(loss.teacher)
+        b2 = float(b @ b)
+        V = lane["V"]
+        model_V = np.einsum("i,tn->tin", b, lane["u"]) / b2
+        e_rank = float(np.max(np.linalg.norm(V - model_V, axis=(1, 2)) / (1 + np.linalg.norm(V, axis=(1, 2)))))
+        red = integrate_reduced(lane["u"][:1], lane["a"][:1], [b2], lane["t"], square=True)
+        e_u = float(np.max(np.abs(red["u_logit"][0] - lane["u"]) / (1 + np.abs(lane["u"]))))
+        e_a = float(np.max(np.abs(red["a"][0] - lane["a"]) / (1 + np.abs(lane["a"]))))
+        m_rank = math.inf if e_rank == 0 else float(np.log10(tol / e_rank))
+        e_red = max(e_u, e_a)
+        m_red = math.inf if e_red == 0 else float(np.log10(reduced_tol / e_red))
+        margins.append(min(m_rank, m_red))
+        errs.append(dict(rank_one=e_rank, u_reduced=e_u, a_reduced=e_a))
+        oks.append(lane["ok"] and bool(red["ok"][0]))
+    return combine(margins, dict(errors=errs, tol=tol, reduced_tol=reduced_tol), oks)
+
+
+def partial_polarisation(traj: gradflow.Trajectory) -> Verdict:
+    """Lemma 3.5's consequences on given trajectories. Sub-margins per trial: (1)
+    ``log10(PLATEAU_TOL / rel)`` with ``rel = (Γ(t1) − Γ(t1/100))/Γ(t1)`` (Γ has converged);
+    (2) ``MAX_S_PARTIAL − max_i s_i(t1)`` (``s`` stays far from one-hot)."""
+    margins, oks, gam, ms, subs = [], [], [], [], []
+    for lane in lanes(traj):
+        t, G = lane["t"], lane["Gamma"]
+        k = int(np.searchsorted(t, t[-1] / 100.0))
+        rel = float((G[-1] - G[k]) / G[-1]) if G[-1] > 0 else math.inf
+        plateau = math.inf if rel <= 0 else float(np.log10(PLATEAU_TOL / rel))
+        smax = float(np.max(lane["s"][-1]))
+        subs.append(dict(plateau=plateau, partial=MAX_S_PARTIAL - smax))
+        margins.append(min(plateau, MAX_S_PARTIAL - smax))
+        gam.append(float(G[-1]))
+        ms.append(smax)
+        oks.append(lane["ok"])
+    return combine(margins, dict(Gamma_end=gam, max_s_end=ms, sub_margins=subs), oks)
+
+
+def run_lem3_5a(trials: int = 16, seed: int = 0) -> CheckResult:
+    """Default: square loss ``½‖β* − β‖²`` from ``V(0) = 0``, small random ``a(0)``, ``t1 = 1e4``.
+    Control: the same from a random ``V(0) ≠ 0`` (not rank one)."""
+    traj, losses, _ = square_sweep(trials, seed, True)
+    ctraj, closses, _ = square_sweep(trials, seed, False)
+    return CheckResult.from_verdicts(
+        "lem3.5a", STATEMENTS["lem3.5a"], rank_one(traj, losses), rank_one(ctraj, closses), "random V(0) != 0"
+    )
+
+
+def run_lem3_5b(trials: int = 16, seed: int = 0) -> CheckResult:
+    """Default: as :func:`run_lem3_5a`. Control: the logistic loss from the same start
+    (``t1 = 1e12``), where Γ keeps growing like log t and ``s`` polarises."""
+    traj, _, _ = square_sweep(trials, seed, True)
+    ctraj, _ = logistic_from_square_init(trials, seed)
+    main = partial_polarisation(traj)
+    n = int(np.shape(traj.s)[-1])
+    return CheckResult.from_verdicts(
+        "lem3.5b", STATEMENTS["lem3.5b"], main, partial_polarisation(ctraj), "logistic loss from the same start",
+        Gamma_end_mean=float(np.mean(main.details["Gamma_end"])), n=n,
+    )
+
+
+# ---------------------------------------------------------------- conditioning (Figs. 3/12)
+
+KAPPAS = (1, 2, 3, 4, 5)
+COND_DIM = 10
+"""``d = m`` of the conditioning runs (the paper uses 20; 10 keeps the implicit solves cheap)."""
+COND_T1 = 300.0
+"""Flow horizon: the authors' GD ran ``3e5`` iterations at ``lr = 1e-3``."""
+TREND_STEP = 1e-3
+"""Each consecutive mean ``max s`` must grow by more than this (a resolvable trend)."""
+
+
+def _design(rng_state, kappa: float, d: int):
+    W, a, Xraw, y = rng_state
+    U, _, Vt = np.linalg.svd(Xraw)
+    X = U @ np.diag(np.linspace(1.0, 1.0 / kappa, d)) @ Vt
+    return X
+
+
+@functools.lru_cache(maxsize=4)
+def conditioning_runs(trials: int, seed: int, kappas: tuple = KAPPAS) -> np.ndarray:
+    """Final ``max_i s_i`` for each trial and κ, shape ``(trials, len(kappas))``.
+
+    Per trial (``default_rng([seed, k, 7])``): ``W = 1e-5·randn(d, d)``, ``a = 1e-3·randn(d)``,
+    ``X_raw = randn(d, d)`` whose singular values are replaced by ``linspace(1, 1/κ, d)``, and
+    ``y = randn(d)``; loss ``‖y − XWs‖²`` (``scale = 1``, the authors' convention), flow to
+    :data:`COND_T1` with the implicit solver. All ``trials × len(kappas)`` runs are one batch.
+    """
+    d = COND_DIM
+    draws = []
+    for k in range(trials):
+        rng = np.random.default_rng([seed, k, 7])
+        draws.append((1e-5 * rng.standard_normal((d, d)), 1e-3 * rng.standard_normal(d), rng.standard_normal((d, d)), rng.standard_normal(d)))
+    losses, V0s, a0s = [], [], []
+    for st in draws:
+        for kappa in kappas:
+            losses.append(gradflow.SquareLoss(st[3], design=_design(st, kappa, d), scale=1.0))
+            V0s.append(st[0])
+            a0s.append(st[1])
+    traj = gradflow.simulate_batch(losses, np.stack(V0s), np.stack(a0s), t1=COND_T1, max_steps=8192)
+    smax = np.asarray(traj.s[:, -1]).max(axis=-1).reshape(trials, len(kappas))
+    ok = np.asarray(traj.status_code).reshape(trials, len(kappas)) == 0
+    return smax, ok
+
+
+def conditioning_trend(max_s: np.ndarray, kappas=KAPPAS, step: float = TREND_STEP) -> Verdict:
+    """The conditioning claim on a table ``max_s[trial, κ]`` of final ``max_i s_i``.
+
+    Margin: ``min_κ (mean max s at κ_{k+1} − mean at κ_k) − step`` over consecutive κ (one value
+    for the whole sweep: the claim is a trend over seeds). ``details``: mean max-s per κ and the
+    fraction of seeds whose own sequence is monotone non-decreasing.
+    """
+    max_s = np.asarray(max_s, float)
+    means = max_s.mean(axis=0)
+    margin = float(np.min(np.diff(means)) - step)
+    mono = float(np.mean(np.all(np.diff(max_s, axis=1) >= 0, axis=1)))
+    v = combine([margin], dict(kappas=list(kappas), mean_max_s=list(means), fraction_monotone=mono, step=step))
+    return Verdict(holds=v.holds, worst_margin=v.worst_margin, trials=max_s.shape[0], margins=v.margins, details=v.details)
+
+
+def run_conditioning(trials: int = 16, seed: int = 0) -> CheckResult:
+    """Default: :func:`conditioning_runs` (``d = m = 10``, κ = 1..5, ``t1 = 300``). Control: the same
+    draws with κ = 1 for every label (all singular values 1): no trend can appear. The κ = 1
+    runs are deterministic, so the control reuses their results for every label."""
+    smax, ok = conditioning_runs(trials, seed)
+    main = conditioning_trend(smax)
+    if not ok.all():
+        main = Verdict(False, main.worst_margin, main.trials, main.margins, {**main.details, "solver_not_ok": int((~ok).sum())})
+    csmax = np.repeat(smax[:, :1], len(KAPPAS), axis=1)
+    control = conditioning_trend(csmax, kappas=(1, 1, 1, 1, 1))
+    return CheckResult.from_verdicts(
+        "conditioning", STATEMENTS["conditioning"], main, control, "all designs with kappa = 1 (identical singular values)",
+        d=COND_DIM, t1=COND_T1,
+    )
