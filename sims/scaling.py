@@ -128,7 +128,7 @@ def plot(data: dict, cfg: dict):
     ax_r.set_title(f"a median row at $d_k = {d}$")
     ax_r.grid(axis="x", visible=False)
     ax_r.legend(loc="upper left")
-    fig.suptitle("Scaling by $1/\\sqrt{d_k}$ (seed 001): $Q, K$ i.i.d. $N(0, 1)$", fontsize=9)
+    fig.suptitle("Scaling by $1/\\sqrt{d_k}$ (seed doc 001): $Q, K$ i.i.d. $N(0, 1)$", fontsize=9)
     return fig
 
 

@@ -78,7 +78,7 @@ def plot(data: dict, cfg: dict):
     ax_h.set_xlabel("temperature $T$")
     ax_h.set_ylabel("entropy (nats)")
     ax_h.set_title("entropy of the row")
-    fig.suptitle("Softmax and temperature (seed 000): scores $a = (5.2, -1.3, 2.8, 0.4, 3.6)$", fontsize=9)
+    fig.suptitle("Softmax and temperature (seed doc 000): scores $a = (5.2, -1.3, 2.8, 0.4, 3.6)$", fontsize=9)
     return fig
 
 
