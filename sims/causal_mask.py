@@ -54,8 +54,7 @@ def _heatmap(ax, A, allowed, tokens, title, hidden_rows_from=None):
     """Draw ``A`` with masked cells light grey and rows ``>= hidden_rows_from`` dark grey."""
     n = A.shape[0]
     shown = np.ma.masked_where(~allowed, A)
-    cmap = plt.get_cmap(CMAP).copy()
-    cmap.set_bad("0.88")
+    cmap = plt.get_cmap(CMAP).with_extremes(bad="0.88")
     im = ax.imshow(shown, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
     if hidden_rows_from is not None and hidden_rows_from < n:
         ax.axhspan(hidden_rows_from - 0.5, n - 0.5, color="0.55", zorder=3)

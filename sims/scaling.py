@@ -33,9 +33,9 @@ def config(quick: bool) -> dict:
         "d_ks": [4, 8, 16, 32, 64, 128, 256, 512, 1024],
         "var_samples": 10_000 if quick else 100_000,
         "n_tokens": 16,
-        "draws": 2_000 if quick else 20_000,
+        "draws": 1_000 if quick else 20_000,
         "gif_d_ks": [int(round(v)) for v in np.geomspace(4, 1024, 9 if quick else 17)],
-        "row_candidates": 65,
+        "row_candidates": 33 if quick else 65,
     }
 
 
