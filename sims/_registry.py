@@ -31,6 +31,10 @@ __all__ = ["Figure", "FIGURE_MODULES", "figure_ids", "get_figure", "build", "pro
 # id -> module under sims/ (imported lazily so `gradflow figures --list` is fast)
 FIGURE_MODULES: dict[str, str] = {
     "fig2": "sims.fig2",
+    "softmax-temperature": "sims.softmax_temperature",
+    "scaling": "sims.scaling",
+    "causal-mask": "sims.causal_mask",
+    "it-animal": "sims.it_animal",
 }
 
 
