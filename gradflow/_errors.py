@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 
 class GradflowValueError(ValueError):
     """A bad argument to a public gradflow function.
 
-    The message always names the argument, the value received and what is accepted.
-    It is a ``ValueError`` so callers that already catch ``ValueError`` keep working.
+    The message always names the argument, the value received and what is accepted, on
+    one line. It is a ``ValueError`` so callers that already catch ``ValueError`` keep working.
     """
+
+
+def describe(value) -> str:
+    """A one-line description of ``value`` (arrays: shape, dtype and non-finite count)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype") and np.ndim(value) > 0:
+        arr = np.asarray(value)
+        text = f"array of shape {arr.shape}, dtype {arr.dtype}"
+        if arr.dtype.kind in "fc":
+            n_nan, n_inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
+            if n_nan or n_inf:
+                text += f", with {n_nan} NaN and {n_inf} inf"
+        if arr.size <= 6:
+            text += " " + np.array2string(arr.ravel(), separator=", ", max_line_width=10_000)
+        return text
+    text = " ".join(repr(value).split())
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 def bad_arg(name: str, value, accepted: str) -> GradflowValueError:
     """Build a :class:`GradflowValueError` for argument ``name``."""
-    text = repr(value)
-    if len(text) > 120:
-        text = text[:117] + "..."
-    return GradflowValueError(f"{name}: got {text}; expected {accepted}")
+    return GradflowValueError(f"{name}: got {describe(value)}; expected {accepted}")

@@ -23,9 +23,12 @@ __all__ = ["simulate", "simulate_batch", "SOLVERS", "default_ts", "resolve_solve
 
 SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5")
 """Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for the logistic
-teacher, whose flow has no finite minimiser and stays non-stiff in log time; ``kvaerno5``
-(implicit, L-stable, Newton root finder) for losses with a finite minimiser (square,
-soft-target cross-entropy), which become stiff in log time once converged."""
+teacher, whose flow has no finite minimiser and stays non-stiff in log time. For losses with
+a finite minimiser (square, soft-target cross-entropy) the flow becomes stiff once the fast
+modes have converged (explicit steps are then stability-limited, their number ∝ t1): ``auto``
+runs ``dopri8`` for up to :data:`EXPLICIT_BUDGET` steps and, if that budget runs out, switches
+to ``kvaerno5`` (implicit, L-stable, Newton root finder) from where it stopped. The metadata's
+``solver`` field records ``auto-stiff`` for such runs."""
 
 
 def resolve_solver(solver: str, loss: AbstractLoss) -> str:
@@ -34,10 +37,15 @@ def resolve_solver(solver: str, loss: AbstractLoss) -> str:
         raise bad_arg("solver", solver, f"one of {list(SOLVERS)}")
     if solver != "auto":
         return solver
-    return "dopri8" if isinstance(loss, LogisticTeacher) else "kvaerno5"
+    return "dopri8" if isinstance(loss, LogisticTeacher) else AUTO_STIFF
 
 
-def _make_solver(name: str):
+AUTO_STIFF = "auto-stiff"
+EXPLICIT_BUDGET = 4096
+"""``auto`` on a loss with a finite minimiser: Dopri8 for up to this many steps, then Kvaerno5."""
+
+
+def _make_solver(name: str, rtol=None, atol=None):
     if name == "tsit5":
         return diffrax.Tsit5()
     if name == "dopri5":
@@ -45,7 +53,9 @@ def _make_solver(name: str):
     if name == "dopri8":
         return diffrax.Dopri8()
     if name == "kvaerno5":
-        return diffrax.Kvaerno5(root_finder=diffrax.with_stepsize_controller_tols(optx.Newton)())
+        # Newton solved 1000x tighter than the step controller: a loose root finder pollutes the
+        # embedded error estimate and makes the controller reject about every other step.
+        return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-3 * rtol, atol=1e-3 * atol))
     raise AssertionError(name)  # resolve_solver validated the name
 
 
@@ -97,14 +107,25 @@ def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
         mdl.check_shapes(V0[0], a0[0], loss)
     else:
         mdl.check_shapes(V0, a0, loss)
+    if not bool(_weights_finite(mdl, V0, a0)):
+        raise bad_arg(
+            "a0s" if batch else "a0",
+            np.asarray(a0),
+            f"logits where the {mdl.normalization!r} map is defined (its denominator is 0 here; "
+            "the smooth maps softmax, sigmoid, sigmoid-norm and elu-norm are defined everywhere)",
+        )
     return mdl, V0, a0
 
 
-def _status_code(result, y_end, model, loss):
-    field_ok = jnp.all(
-        jnp.asarray([jnp.all(jnp.isfinite(f)) for f in jax.tree.leaves(flow_field(model, loss, y_end))])
-    )
-    code = jnp.where(
+@eqx.filter_jit
+def _weights_finite(model, V, a):
+    if V.ndim == 3:  # a batch
+        return jnp.all(jax.vmap(lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_))))(V, a))
+    return jnp.all(jnp.isfinite(model.weights(V, a)))
+
+
+def _result_code(result):
+    return jnp.where(
         result == diffrax.RESULTS.successful,
         0,
         jnp.where(
@@ -113,23 +134,23 @@ def _status_code(result, y_end, model, loss):
             jnp.where(result == diffrax.RESULTS.dt_min_reached, 2, 4),
         ),
     )
-    return jnp.where(field_ok, code, 3)
 
 
-def _solve_one(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps):
-    """One flow solve in log time; returns a dict of arrays (jit/vmap friendly)."""
-    solver = _make_solver(solver_name)
+def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
+    """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``.
+
+    Save points before ``tau0`` are not computed here (``reached = False``)."""
+    solver = _make_solver(solver_name, rtol, atol)
     if solver_name == "kvaerno5":
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4)
     else:
         controller = diffrax.PIDController(rtol=rtol, atol=atol)
     tau1 = taus[-1]
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=taus), diffrax.SubSaveAt(t1=True)])
-    y0 = (V0, a0, jnp.zeros((), V0.dtype))
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(log_time_field),
         solver,
-        t0=jnp.zeros((), taus.dtype),
+        t0=tau0,
         t1=tau1,
         dt0=None,
         y0=y0,
@@ -141,37 +162,74 @@ def _solve_one(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps):
     )
     (tau_s, tau_end) = sol.ts
     ys, y_end = sol.ys
-    y_end = jax.tree.map(lambda x: x[0], y_end)
-    valid = jnp.isfinite(tau_s) & jax.tree.reduce(
+    reached = (taus >= tau0) & jnp.isfinite(tau_s) & jax.tree.reduce(
         jnp.logical_and,
         jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
     )
-    valid = valid.at[0].set(True)
-    V, a, Gamma = forward_fill(valid, ys)
-    metrics = jax.vmap(lambda V_, a_: compute_metrics(model, loss, V_, a_))(V, a)
     return dict(
-        V=V,
-        a=a,
-        Gamma=Gamma,
-        valid=valid,
+        ys=ys,
+        reached=reached,
+        y_end=jax.tree.map(lambda x: x[0], y_end),
+        tau_end=tau_end[0],
         num_steps=sol.stats["num_steps"],
-        status_code=_status_code(sol.result, y_end, model, loss),
-        t_end=jnp.expm1(tau_end[0]),
-        **metrics,
+        code=_result_code(sol.result),
     )
 
 
-@eqx.filter_jit
-def _solve_jit(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps):
-    return _solve_one(model, loss, V0, a0, taus, rtol, atol, solver_name, max_steps)
+def _finish(model, loss, ys, valid, y_end, code):
+    """Forward-fill unreached points, compute metrics, check the final field is finite."""
+    valid = valid.at[0].set(True)
+    V, a, Gamma = forward_fill(valid, ys)
+    metrics = jax.vmap(lambda V_, a_: compute_metrics(model, loss, V_, a_))(V, a)
+    field_ok = jnp.all(
+        jnp.asarray([jnp.all(jnp.isfinite(f)) for f in jax.tree.leaves(flow_field(model, loss, y_end))])
+    )
+    return dict(V=V, a=a, Gamma=Gamma, valid=valid, status_code=jnp.where(field_ok, code, 3), **metrics)
 
 
 @eqx.filter_jit
-def _solve_batch_jit(model, loss, V0s, a0s, taus, rtol, atol, solver_name, max_steps, loss_batched):
-    loss_axis = 0 if loss_batched else None
-    in_axes = (None, loss_axis, 0, 0, None, None, None)
-    fn = lambda m, l, V, a, tt, r, at: _solve_one(m, l, V, a, tt, r, at, solver_name, max_steps)
-    return eqx.filter_vmap(fn, in_axes=in_axes)(model, loss, V0s, a0s, taus, rtol, atol)
+def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, batched, loss_batched):
+    fn = lambda l, y, t0: _solve_raw(model, l, y, t0, taus, rtol, atol, solver_name, max_steps)
+    if batched:
+        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0))
+    return fn(loss, y0, tau0)
+
+
+@eqx.filter_jit
+def _finish_jit(model, loss, ys, valid, y_end, code, batched, loss_batched):
+    fn = lambda l, y, v, ye, c: _finish(model, l, y, v, ye, c)
+    if batched:
+        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0, 0, 0))
+    return fn(loss, ys, valid, y_end, code)
+
+
+def _run(model, loss, V0, a0, taus, rtol, atol, name, max_steps, batched=False, loss_batched=False) -> dict:
+    """Solve (switching explicit → implicit for ``auto`` on stiff losses), then finish."""
+    zeros = jnp.zeros(V0.shape[:1] if batched else (), V0.dtype)
+    y0 = (V0, a0, zeros)
+    rtol, atol = jnp.asarray(rtol), jnp.asarray(atol)
+    first = "dopri8" if name == AUTO_STIFF else name
+    budget = min(EXPLICIT_BUDGET, max_steps) if name == AUTO_STIFF else max_steps
+    out = _solve_jit(model, loss, y0, zeros, taus, rtol, atol, first, budget, batched, loss_batched)
+    ys, reached, steps, code = out["ys"], out["reached"], out["num_steps"], out["code"]
+    y_end, tau_end = out["y_end"], out["tau_end"]
+    if name == AUTO_STIFF and bool(jnp.any(code == 1)) and max_steps > budget:
+        # the explicit solver ran out of budget (stiffness): continue implicitly from where it stopped
+        more = _solve_jit(model, loss, y_end, tau_end, taus, rtol, atol, "kvaerno5", max_steps - budget, batched, loss_batched)
+        switch = code == 1
+        take = more["reached"] & (taus > tau_end[..., None] if batched else taus > tau_end)
+        take = take & (switch[..., None] if batched else switch)
+        pick = lambda new, old: jnp.where(take.reshape(take.shape + (1,) * (old.ndim - take.ndim)), new, old)
+        ys = jax.tree.map(pick, more["ys"], ys)
+        reached = reached | take
+        sel = lambda new, old: jnp.where(switch.reshape(switch.shape + (1,) * (old.ndim - switch.ndim)), new, old)
+        y_end = jax.tree.map(sel, more["y_end"], y_end)
+        tau_end = sel(more["tau_end"], tau_end)
+        steps = steps + jnp.where(switch, more["num_steps"], 0)
+        code = sel(more["code"], code)
+    res = _finish_jit(model, loss, ys, reached, y_end, code, batched, loss_batched)
+    res.update(num_steps=steps, t_end=jnp.expm1(tau_end))
+    return res
 
 
 _TIME_AXIS_KEYS = ("V", "a", "s", "Gamma", "valid", "loss", "entropy", "u")
@@ -240,7 +298,8 @@ def simulate(
     - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.maps.MAPS`).
     - ``solver``: one of :data:`SOLVERS` (default ``"auto"``).
     - ``model``: ``"value-softmax"`` (default), ``"tied"``, ``"rowwise"`` or a model instance.
-    - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
+    - ``max_steps``: solver step budget, all phases together (default 16384); reaching it
+      gives status ``max_steps``.
 
     **Returns:** a :class:`Trajectory` with ``t = ts``. Solver failures do not raise: see
     ``traj.status`` / ``traj.t_end``; points after a failure have ``valid = False``.
@@ -262,7 +321,7 @@ def simulate(
     max_steps = int(_check_positive("max_steps", max_steps))
     name = resolve_solver(solver, loss)
     taus = _taus(ts, t1)
-    out = _solve_jit(mdl, loss, V0, a0, taus, jnp.asarray(rtol), jnp.asarray(atol), name, max_steps)
+    out = _run(mdl, loss, V0, a0, taus, rtol, atol, name, max_steps)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
@@ -318,7 +377,5 @@ def simulate_batch(
     max_steps = int(_check_positive("max_steps", max_steps))
     name = resolve_solver(solver, first)
     taus = _taus(ts, t1)
-    out = _solve_batch_jit(
-        mdl, stacked, V0s, a0s, taus, jnp.asarray(rtol), jnp.asarray(atol), name, max_steps, loss_batched
-    )
+    out = _run(mdl, stacked, V0s, a0s, taus, rtol, atol, name, max_steps, batched=True, loss_batched=loss_batched)
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

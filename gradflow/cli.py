@@ -21,7 +21,7 @@ def _cmd_figures(args) -> int:
 
     if args.list:
         for fig_id in figure_ids():
-            print(f"{fig_id:16s} {get_figure(fig_id).title}")
+            print(f"{fig_id:20s} {get_figure(fig_id).title}")
         return 0
     ids = args.ids or figure_ids()
     for fig_id in ids:  # validate all ids before building any
