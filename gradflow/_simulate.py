@@ -315,14 +315,18 @@ def simulate(
     ('ok', True)
     """
     mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
+    t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
+    out = _run(mdl, loss, V0, a0, taus, rtol, atol, name, max_steps)
+    return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
+
+
+def _check_solve(t1, ts, rtol, atol, max_steps, solver, loss):
+    """Validate the solve settings shared by :func:`simulate` and :func:`simulate_batch`."""
     t1, ts = _check_times(t1, ts)
     rtol = _check_positive("rtol", rtol)
     atol = _check_positive("atol", atol)
     max_steps = int(_check_positive("max_steps", max_steps))
-    name = resolve_solver(solver, loss)
-    taus = _taus(ts, t1)
-    out = _run(mdl, loss, V0, a0, taus, rtol, atol, name, max_steps)
-    return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
+    return t1, ts, _taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver, loss)
 
 
 def _taus(ts: np.ndarray, t1: float) -> Array:
@@ -371,11 +375,6 @@ def simulate_batch(
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *loss)
     else:
         stacked = loss
-    t1, ts = _check_times(t1, ts)
-    rtol = _check_positive("rtol", rtol)
-    atol = _check_positive("atol", atol)
-    max_steps = int(_check_positive("max_steps", max_steps))
-    name = resolve_solver(solver, first)
-    taus = _taus(ts, t1)
+    t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, first)
     out = _run(mdl, stacked, V0s, a0s, taus, rtol, atol, name, max_steps, batched=True, loss_batched=loss_batched)
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

@@ -88,6 +88,23 @@ def combine(margins: Sequence[float], details: Mapping | None = None, ok: Sequen
     return Verdict(holds=bool(worst > 0 and all_ok), worst_margin=worst, trials=len(m), margins=tuple(m), details=det)
 
 
+def merge(verdicts: Sequence[Verdict], scalar_keys: Sequence[str] = ()) -> Verdict:
+    """Pool several verdicts (e.g. one per sweep group) into one.
+
+    Margins are concatenated; each detail key becomes the list of its values across the
+    verdicts, except ``scalar_keys`` (settings shared by all, e.g. a tolerance), which keep the
+    first value. A verdict with solver failures makes the pooled one fail.
+    """
+    margins = [m for v in verdicts for m in v.margins]
+    details: dict = {}
+    for v in verdicts:
+        for key, val in v.details.items():
+            details[key] = list(details.get(key, [])) + (list(val) if isinstance(val, (list, tuple)) else [val])
+    details = {k: (v[0] if k in scalar_keys else v) for k, v in details.items()}
+    oks = [not v.details.get("solver_not_ok_trials") for v in verdicts]
+    return combine(margins, details, oks)
+
+
 @dataclasses.dataclass(frozen=True)
 class CheckResult:
     """The outcome of one registered check (immutable).

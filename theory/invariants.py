@@ -14,8 +14,13 @@ import numpy as np
 
 import gradflow
 
-from ._result import CheckResult, Verdict, combine
+from ._result import CheckResult, Verdict, combine, merge
 from ._sweeps import as_list, lanes, logistic_draws, logistic_sweep, square_sweep
+
+
+def _pool(verdicts):
+    """Pool per-group verdicts; the tolerance and the power of J are shared settings."""
+    return merge(verdicts, scalar_keys=("tol", "power_of_J"))
 
 __all__ = [
     "STATEMENTS",
@@ -122,22 +127,11 @@ def output_response(traj: gradflow.Trajectory, losses, tol: float = LEMD2_TOL, p
     return combine(margins, dict(max_rel_err=errs, tol=tol, power_of_J=power), oks)
 
 
-def _merge(verdicts):
-    margins = [m for v in verdicts for m in v.margins]
-    details = {}
-    for v in verdicts:
-        for key, val in v.details.items():
-            details[key] = list(details.get(key, [])) + (list(val) if isinstance(val, (list, tuple)) else [val])
-    details = {k: (v[0] if k in ("tol", "power_of_J") else v) for k, v in details.items()}
-    oks = [not v.details.get("solver_not_ok_trials") for v in verdicts]
-    return combine(margins, details, oks)
-
-
 def run_inv_sum_a(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default: the logistic sweep and the square-loss (Lemma 3.5) runs. Control: the
     un-normalised element-wise sigmoid map (``1ᵀ ∂s/∂a ≠ 0``), logistic teacher, ``t1 = 1e6``."""
     sq_traj, _, _ = square_sweep(trials, seed, True)
-    main = _merge([sum_a_conserved(tr) for tr, _, _ in logistic_sweep(trials, seed)] + [sum_a_conserved(sq_traj)])
+    main = _pool([sum_a_conserved(tr) for tr, _, _ in logistic_sweep(trials, seed)] + [sum_a_conserved(sq_traj)])
     grp = logistic_draws(trials, seed)[0]
     losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]
     ctrl = gradflow.simulate_batch(losses, grp["V0s"], grp["a0s"], t1=1e6, normalization="sigmoid")
@@ -150,7 +144,7 @@ def run_inv_sum_a(trials: int = 16, seed: int = 0) -> CheckResult:
 def run_inv_v_perp(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default: the logistic sweep. Control: the square loss from a random ``V(0)``
     (``dV/dt = (β* − Vs)sᵀ`` moves ``V`` off the ``β*`` direction)."""
-    main = _merge([v_perp_frozen(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
+    main = _pool([v_perp_frozen(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
     sq_traj, sq_losses, _ = square_sweep(trials, seed, False)
     control = v_perp_frozen(sq_traj, sq_losses)
     return CheckResult.from_verdicts(
@@ -163,8 +157,8 @@ def run_lemD2(trials: int = 16, seed: int = 0) -> CheckResult:
     ``V(0)``. Control: the printed formula without the square (``V J(s) Vᵀ``)."""
     sweep = logistic_sweep(trials, seed)
     sq_traj, sq_losses, _ = square_sweep(trials, seed, False)
-    main = _merge([output_response(tr, ls) for tr, ls, _ in sweep] + [output_response(sq_traj, sq_losses)])
-    control = _merge([output_response(tr, ls, power=1) for tr, ls, _ in sweep] + [output_response(sq_traj, sq_losses, power=1)])
+    main = _pool([output_response(tr, ls) for tr, ls, _ in sweep] + [output_response(sq_traj, sq_losses)])
+    control = _pool([output_response(tr, ls, power=1) for tr, ls, _ in sweep] + [output_response(sq_traj, sq_losses, power=1)])
     return CheckResult.from_verdicts(
         "lemD.2", STATEMENTS["lemD.2"], main, control, "the printed formula |s|^2 I + V J(s) V^T (square dropped)"
     )

@@ -15,7 +15,7 @@ import numpy as np
 
 import gradflow
 
-from ._result import CheckResult, Verdict, combine
+from ._result import CheckResult, Verdict, combine, merge
 from ._sweeps import LOGISTIC_T1, as_list, ascent_sweep, fit_line, lanes, logistic_sweep, square_sweep
 
 __all__ = [
@@ -167,16 +167,6 @@ def gamma_log_growth(traj: gradflow.Trajectory, losses, window=FIT_WINDOW) -> Ve
     return combine(margins, dict(sub_margins=subs, fits=fits), oks)
 
 
-def _merge(verdicts):
-    margins = [m for v in verdicts for m in v.margins]
-    details = {}
-    for v in verdicts:
-        for key, val in v.details.items():
-            details[key] = list(details.get(key, [])) + (list(val) if isinstance(val, (list, tuple)) else [val])
-    oks = [not v.details.get("solver_not_ok_trials") for v in verdicts]
-    return combine(margins, details, oks)
-
-
 def _fit_summary(fits: list) -> dict:
     keys = (
         "dGamma_dlogt_normalised",
@@ -197,7 +187,7 @@ def _fit_summary(fits: list) -> dict:
 def run_thm3_3a(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default experiment: the logistic sweep (``t1 = 1e12``). Control: the reversed field
     (ascent), where the loss grows."""
-    main = _merge([loss_vanishes(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
+    main = merge([loss_vanishes(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
     ctrl_traj, ctrl_losses = ascent_sweep(trials, seed)
     # evaluate the logistic loss ℓ (not the ascent objective −ℓ) along the reversed flow
     ell = jax.vmap(jax.vmap(lambda l, V, s: l.inner(V @ s), in_axes=(None, 0, 0)), in_axes=(0, 0, 0))
@@ -214,12 +204,12 @@ def run_thm3_3b(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default experiment: the logistic sweep. Control: the same trajectories against the bound
     with ``δ`` replaced by ``2(u_0(0) − u_1(0)) > δ`` (too large: violated at small t)."""
     sweep = logistic_sweep(trials, seed)
-    main = _merge([ratio_bound(tr) for tr, _, _ in sweep])
+    main = merge([ratio_bound(tr) for tr, _, _ in sweep])
     too_big = []
     for tr, _, _ in sweep:
         u0 = np.sort(np.asarray(tr.u[:, 0]), axis=1)[:, ::-1]
         too_big.append(ratio_bound(tr, delta=list(2.0 * (u0[:, 0] - u0[:, 1]))))
-    control = _merge(too_big)
+    control = merge(too_big)
     return CheckResult.from_verdicts(
         "thm3.3b", STATEMENTS["thm3.3b"], main, control, "bound with delta = 2(u_0(0) - u_1(0)) (too large)"
     )
@@ -228,7 +218,7 @@ def run_thm3_3b(trials: int = 16, seed: int = 0) -> CheckResult:
 def run_thm3_3c(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default experiment: the logistic sweep; fits over :data:`FIT_WINDOW`. Control: the square
     loss (Lemma 3.5 runs, ``t1 = 1e4``), where Γ saturates (slope → 0)."""
-    main = _merge([gamma_log_growth(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
+    main = merge([gamma_log_growth(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
     sq_traj, sq_losses, _ = square_sweep(trials, seed, True)
     control = gamma_log_growth(sq_traj, sq_losses, window=(1e1, 1e4))
     return CheckResult.from_verdicts(
