@@ -136,10 +136,30 @@ def _result_code(result):
     )
 
 
+STEADY_FRACTION = 1e-3
+"""Steady-state stop for losses with a finite minimiser: the solve ends once every component
+moves by less than ``STEADY_FRACTION × (atol + rtol·|y|)`` per unit of log time ``τ``."""
+
+
+def _steady(tau, y, args, **kwargs):
+    """Event: the log-time field is negligible against the tolerances (see :data:`STEADY_FRACTION`)."""
+    model, loss, rtol, atol = args
+    f = log_time_field(tau, y, (model, loss))
+    ratio = jax.tree.map(lambda fi, yi: jnp.max(jnp.abs(fi) / (atol + rtol * jnp.abs(yi))), f, y)
+    return jax.tree.reduce(jnp.maximum, ratio) < STEADY_FRACTION
+
+
+def _steady_field(tau, y, args):
+    return log_time_field(tau, y, args[:2])
+
+
 def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
     """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``.
 
-    Save points before ``tau0`` are not computed here (``reached = False``)."""
+    Save points before ``tau0`` are not computed here (``reached = False``). For losses with
+    a finite minimiser the solve stops at a steady state (:func:`_steady`); the points after
+    it hold that state and count as reached (the flow has converged to within tolerance)."""
+    steady = not isinstance(loss, LogisticTeacher)
     solver = _make_solver(solver_name, rtol, atol)
     if solver_name == "kvaerno5":
         controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4)
@@ -148,31 +168,41 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
     tau1 = taus[-1]
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(log_time_field),
+        diffrax.ODETerm(_steady_field),
         solver,
         t0=tau0,
         t1=tau1,
         dt0=None,
         y0=y0,
-        args=(model, loss),
+        args=(model, loss, rtol, atol),
         stepsize_controller=controller,
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
+        event=diffrax.Event(_steady) if steady else None,
     )
     (tau_s, tau_end) = sol.ts
     ys, y_end = sol.ys
+    y_end = jax.tree.map(lambda x: x[0], y_end)
     reached = (taus >= tau0) & jnp.isfinite(tau_s) & jax.tree.reduce(
         jnp.logical_and,
         jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
     )
+    at_rest = sol.result == diffrax.RESULTS.event_occurred
+    if steady:  # hold the steady state at the remaining save points
+        later = at_rest & (taus >= tau0) & ~reached
+        ys = jax.tree.map(
+            lambda s, e: jnp.where(later.reshape(later.shape + (1,) * e.ndim), e[None], s), ys, y_end
+        )
+        reached = reached | later
     return dict(
         ys=ys,
         reached=reached,
-        y_end=jax.tree.map(lambda x: x[0], y_end),
-        tau_end=tau_end[0],
+        y_end=y_end,
+        tau_end=jnp.where(at_rest, tau1, tau_end[0]),
+        tau_steady=jnp.where(at_rest, tau_end[0], jnp.inf),
         num_steps=sol.stats["num_steps"],
-        code=_result_code(sol.result),
+        code=jnp.where(at_rest, 0, _result_code(sol.result)),
     )
 
 
@@ -212,7 +242,7 @@ def _run(model, loss, V0, a0, taus, rtol, atol, name, max_steps, batched=False, 
     budget = min(EXPLICIT_BUDGET, max_steps) if name == AUTO_STIFF else max_steps
     out = _solve_jit(model, loss, y0, zeros, taus, rtol, atol, first, budget, batched, loss_batched)
     ys, reached, steps, code = out["ys"], out["reached"], out["num_steps"], out["code"]
-    y_end, tau_end = out["y_end"], out["tau_end"]
+    y_end, tau_end, tau_steady = out["y_end"], out["tau_end"], out["tau_steady"]
     if name == AUTO_STIFF and bool(jnp.any(code == 1)) and max_steps > budget:
         # the explicit solver ran out of budget (stiffness): continue implicitly from where it stopped
         more = _solve_jit(model, loss, y_end, tau_end, taus, rtol, atol, "kvaerno5", max_steps - budget, batched, loss_batched)
@@ -225,10 +255,11 @@ def _run(model, loss, V0, a0, taus, rtol, atol, name, max_steps, batched=False, 
         sel = lambda new, old: jnp.where(switch.reshape(switch.shape + (1,) * (old.ndim - switch.ndim)), new, old)
         y_end = jax.tree.map(sel, more["y_end"], y_end)
         tau_end = sel(more["tau_end"], tau_end)
+        tau_steady = sel(more["tau_steady"], tau_steady)
         steps = steps + jnp.where(switch, more["num_steps"], 0)
         code = sel(more["code"], code)
     res = _finish_jit(model, loss, ys, reached, y_end, code, batched, loss_batched)
-    res.update(num_steps=steps, t_end=jnp.expm1(tau_end))
+    res.update(num_steps=steps, t_end=jnp.expm1(tau_end), t_steady=jnp.expm1(tau_steady))
     return res
 
 

@@ -14,6 +14,7 @@ import time
 from ._errors import GradflowValueError
 
 DEFAULT_OUT = "figures"
+REPRODUCE_OUT = "out"  # git-ignored: reproduce computes afresh instead of re-plotting the committed gallery
 
 
 def _cmd_figures(args) -> int:
@@ -68,6 +69,8 @@ def _cmd_reproduce(args) -> int:
     checks_ok = all(r.holds and not r.control_holds for r in results)
     args.ids, args.list, args.verbose = [], False, True
     status = _cmd_figures(args)
+    n_ok = sum(r.holds and not r.control_holds for r in results)
+    print(f"reproduce: {n_ok}/{len(results)} checks hold with failing controls; figures in {args.out}/")
     return status if status else (0 if checks_ok else 1)
 
 
@@ -75,10 +78,10 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gradflow", description="Gradient-flow dynamics of softmax attention.")
     sub = p.add_subparsers(dest="command", required=True)
 
-    def figure_opts(sp):
+    def figure_opts(sp, out=DEFAULT_OUT):
         sp.add_argument("--quick", action="store_true", help="shorter horizons/iterations (CI scale)")
         sp.add_argument("--force", action="store_true", help="recompute even if cached data matches the config")
-        sp.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default: {DEFAULT_OUT}/)")
+        sp.add_argument("--out", default=out, help=f"output folder (default: {out}/)")
         sp.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
     f = sub.add_parser("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id")
@@ -95,8 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
     c.set_defaults(func=_cmd_check)
 
-    r = sub.add_parser("reproduce", help="the main job: run the checks, then build every figure (paper scale unless --quick)")
-    figure_opts(r)
+    r = sub.add_parser(
+        "reproduce",
+        help=f"the main job: run the checks, then compute every figure (paper scale unless --quick) into {REPRODUCE_OUT}/",
+    )
+    figure_opts(r, out=REPRODUCE_OUT)
     r.set_defaults(func=_cmd_reproduce)
     return p
 
@@ -107,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except GradflowValueError as err:
         print(f"gradflow: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # e.g. an --out folder that cannot be created or written
+        print(f"gradflow: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return 2
 
 

@@ -43,6 +43,9 @@ class Trajectory(eqx.Module):
     - ``num_steps ()`` int: solver steps taken (accepted and rejected) or GD iterations done.
     - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
     - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
+    - ``t_steady ()``: for losses with a finite minimiser, the flow time at which the flow was
+      at rest within tolerance and the solve stopped (later points hold that state);
+      ``inf`` if it never was (always ``inf`` for the logistic teacher and for GD).
     - ``meta``: static description (model, normalisation, solver, tolerances …).
     """
 
@@ -57,6 +60,7 @@ class Trajectory(eqx.Module):
     num_steps: Int[Array, "*B"]
     status_code: Int[Array, "*B"]
     t_end: Float[Array, "*B"]
+    t_steady: Float[Array, "*B"] | None = None
     u: Float[Array, "*B T n"] | None = None
     k: Int[Array, "*B T"] | None = None
     meta: tuple = eqx.field(static=True, default=())
@@ -89,7 +93,7 @@ class Trajectory(eqx.Module):
         return jax.tree.map(lambda x: x[i], self)
 
     # ------------------------------------------------------------------ save/load
-    _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "u", "k")
+    _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "t_steady", "u", "k")
 
     def save(self, path: str | os.PathLike) -> None:
         """Write to ``path`` (``.npz``: arrays plus a JSON string of ``meta``), atomically."""

@@ -195,3 +195,20 @@ def test_tied_model_runs_and_grows_selected_column():
     norms = np.linalg.norm(U, axis=0)
     j = int(np.argmax(np.asarray(traj.s[-1])))
     assert norms[j] == norms.max() and norms[j] > 2 * np.median(norms)
+
+
+def test_square_loss_stops_at_steady_state_and_holds_it():
+    """A converged square-loss flow stops at rest (t_steady) and holds the state to t1 = 1e30."""
+    rng = np.random.RandomState(0)
+    V0, bs = 0.1 * rng.randn(8, 8), rng.randn(8)
+    loss = gradflow.SquareLoss(bs / np.linalg.norm(bs))
+    traj = gradflow.simulate(loss, V0, np.zeros(8), t1=1e30)
+    assert traj.status == "ok" and np.all(np.asarray(traj.valid))
+    t_steady = float(traj.t_steady)
+    assert 1e3 < t_steady < 1e8 and float(traj.t_end) == pytest.approx(1e30)
+    assert float(traj.loss[-1]) < 1e-25
+    after = np.asarray(traj.t) > t_steady
+    np.testing.assert_array_equal(np.asarray(traj.a)[after], np.broadcast_to(np.asarray(traj.a)[-1], (after.sum(), 8)))
+    # negative control: the logistic teacher never comes to rest in log time
+    logistic = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, np.zeros(8), t1=1e30)
+    assert np.isinf(float(logistic.t_steady))
