@@ -70,6 +70,8 @@ def default_ts(t1: float, num: int = 400) -> np.ndarray:
 
 
 def _check_positive(name: str, x) -> float:
+    if isinstance(x, bool):
+        raise bad_arg(name, x, "a positive finite number")
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -83,7 +85,10 @@ def _check_times(t1, ts) -> tuple[float, np.ndarray]:
     t1 = _check_positive("t1", t1)
     if ts is None:
         return t1, default_ts(t1)
-    ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
+    try:
+        ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
+    except (TypeError, ValueError):
+        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]") from None
     if ts_arr is None or ts_arr.size == 0:
         raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
     if not np.all(np.isfinite(ts_arr)):
@@ -102,8 +107,8 @@ def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
     V0 = as_float_array("V0s" if batch else "V0", V0)
     a0 = as_float_array("a0s" if batch else "a0", a0)
     if batch:
-        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0]:
-            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B")
+        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0] or V0.shape[0] == 0:
+            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
         mdl.check_shapes(V0[0], a0[0], loss)
     else:
         mdl.check_shapes(V0, a0, loss)
@@ -206,10 +211,9 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
     )
 
 
-def _finish(model, loss, ys, valid, y_end, code):
-    """Forward-fill unreached points, compute metrics, check the final field is finite."""
-    valid = valid.at[0].set(True)
-    V, a, Gamma = forward_fill(valid, ys)
+def _finish(model, loss, ys, valid, y0, y_end, code):
+    """Forward-fill unreached points (from ``y0``), compute metrics, check the final field is finite."""
+    V, a, Gamma = forward_fill(valid, ys, init=y0)
     metrics = jax.vmap(lambda V_, a_: compute_metrics(model, loss, V_, a_))(V, a)
     field_ok = jnp.all(
         jnp.asarray([jnp.all(jnp.isfinite(f)) for f in jax.tree.leaves(flow_field(model, loss, y_end))])
@@ -226,14 +230,14 @@ def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, 
 
 
 @eqx.filter_jit
-def _finish_jit(model, loss, ys, valid, y_end, code, batched, loss_batched):
-    fn = lambda l, y, v, ye, c: _finish(model, l, y, v, ye, c)
+def _finish_jit(model, loss, ys, valid, y0, y_end, code, batched, loss_batched):
+    fn = lambda l, y, v, y_0, ye, c: _finish(model, l, y, v, y_0, ye, c)
     if batched:
-        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0, 0, 0))
-    return fn(loss, ys, valid, y_end, code)
+        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0, 0, 0, 0))
+    return fn(loss, ys, valid, y0, y_end, code)
 
 
-def _run(model, loss, V0, a0, taus, rtol, atol, name, max_steps, batched=False, loss_batched=False) -> dict:
+def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, batched=False, loss_batched=False) -> dict:
     """Solve (switching explicit → implicit for ``auto`` on stiff losses), then finish."""
     zeros = jnp.zeros(V0.shape[:1] if batched else (), V0.dtype)
     y0 = (V0, a0, zeros)
@@ -258,8 +262,10 @@ def _run(model, loss, V0, a0, taus, rtol, atol, name, max_steps, batched=False, 
         tau_steady = sel(more["tau_steady"], tau_steady)
         steps = steps + jnp.where(switch, more["num_steps"], 0)
         code = sel(more["code"], code)
-    res = _finish_jit(model, loss, ys, reached, y_end, code, batched, loss_batched)
-    res.update(num_steps=steps, t_end=jnp.expm1(tau_end), t_steady=jnp.expm1(tau_steady))
+    reached = reached | (taus == 0)  # t = 0 is the initial state itself
+    res = _finish_jit(model, loss, ys, reached, y0, y_end, code, batched, loss_batched)
+    t_end = jnp.where(tau_end == taus[-1], jnp.asarray(t1_exact), jnp.expm1(tau_end))
+    res.update(num_steps=steps, t_end=t_end, t_steady=jnp.expm1(tau_steady))
     return res
 
 
@@ -347,7 +353,7 @@ def simulate(
     """
     mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
-    out = _run(mdl, loss, V0, a0, taus, rtol, atol, name, max_steps)
+    out = _run(mdl, loss, V0, a0, taus, t1, rtol, atol, name, max_steps)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
@@ -356,7 +362,9 @@ def _check_solve(t1, ts, rtol, atol, max_steps, solver, loss):
     t1, ts = _check_times(t1, ts)
     rtol = _check_positive("rtol", rtol)
     atol = _check_positive("atol", atol)
-    max_steps = int(_check_positive("max_steps", max_steps))
+    if float(_check_positive("max_steps", max_steps)) != int(max_steps):
+        raise bad_arg("max_steps", max_steps, "a positive integer")
+    max_steps = int(max_steps)
     return t1, ts, _taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver, loss)
 
 
@@ -403,9 +411,12 @@ def simulate_batch(
     if loss_batched:
         if len(loss) != V0s.shape[0]:
             raise bad_arg("loss", f"{len(loss)} losses", f"one loss per lane (B = {V0s.shape[0]})")
+        shapes = {tuple((leaf.shape if hasattr(leaf, "shape") else leaf) for leaf in jax.tree.leaves(x)) for x in loss}
+        if len(shapes) != 1 or len({jax.tree.structure(x) for x in loss}) != 1:
+            raise bad_arg("loss", f"{len(loss)} losses of differing shapes", "losses of one type with equal array shapes")
         stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *loss)
     else:
         stacked = loss
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, first)
-    out = _run(mdl, stacked, V0s, a0s, taus, rtol, atol, name, max_steps, batched=True, loss_batched=loss_batched)
+    out = _run(mdl, stacked, V0s, a0s, taus, t1, rtol, atol, name, max_steps, batched=True, loss_batched=loss_batched)
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

@@ -153,6 +153,8 @@ class SquareLoss(AbstractLoss):
         if not np.isfinite(scale) or scale <= 0:
             raise bad_arg("scale", scale, "a positive finite float")
         self.scale = scale
+        if self.design is None and not isinstance(self.target, jax.core.Tracer) and not bool(jnp.any(self.target != 0)):
+            raise bad_arg("target", np.asarray(self.target), "a non-zero target (it is the teacher direction β* without a design)")
         if self.design is not None and self.design.shape[0] != self.target.shape[0]:
             raise bad_arg(
                 "design.shape", tuple(self.design.shape), f"(m, d) with m = len(target) = {self.target.shape[0]}"
@@ -184,7 +186,7 @@ class SoftTargetCrossEntropy(AbstractLoss):
     Here ``β = V s ∈ R^k`` are class logits (the appendix "KL" experiment, ``V`` of shape
     ``(k, n)``). ``γ = ‖r‖ = ‖p* − softmax(β)‖``.
 
-    **Arguments:** ``p_star`` shape ``(k,)``, non-negative, summing to 1 (to 1e-8 relative).
+    **Arguments:** ``p_star`` shape ``(k,)``, non-negative, summing to 1 (to 1e-8 absolute).
 
     **Raises:** :class:`gradflow.GradflowValueError` otherwise.
     """

@@ -45,7 +45,7 @@ class Trajectory(eqx.Module):
     - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
     - ``t_steady ()``: for losses with a finite minimiser, the flow time at which the flow was
       at rest within tolerance and the solve stopped (later points hold that state);
-      ``inf`` if it never was (always ``inf`` for the logistic teacher and for GD).
+      ``inf`` if it never was (always ``inf`` for the logistic teacher; ``None`` for GD).
     - ``meta``: static description (model, normalisation, solver, tolerances …).
     """
 
@@ -146,14 +146,13 @@ def compute_metrics(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array
     return out
 
 
-def forward_fill(valid: Array, tree):
-    """Replace rows where ``valid`` is False by the last valid row before them (row 0 is valid)."""
+def forward_fill(valid: Array, tree, init):
+    """Replace rows where ``valid`` is False by the last valid row before them (``init`` before any)."""
 
     def step(prev, xs):
         ok, row = xs
         new = jax.tree.map(lambda r, p: jnp.where(ok, r, p), row, prev)
         return new, new
 
-    first = jax.tree.map(lambda x: x[0], tree)
-    _, filled = jax.lax.scan(step, first, (valid, tree))
+    _, filled = jax.lax.scan(step, init, (valid, tree))
     return filled

@@ -212,3 +212,18 @@ def test_square_loss_stops_at_steady_state_and_holds_it():
     # negative control: the logistic teacher never comes to rest in log time
     logistic = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, np.zeros(8), t1=1e30)
     assert np.isinf(float(logistic.t_steady))
+
+
+def test_unreached_first_save_point_holds_initial_state_not_nan():
+    V0, a0, bs = fig2_problem()
+    traj = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=1e12, ts=[1e6, 1e9, 1e12], max_steps=4)
+    assert traj.status == "max_steps" and not np.any(np.asarray(traj.valid))
+    for name in ("V", "a", "s", "loss", "Gamma", "entropy", "u"):
+        assert np.all(np.isfinite(np.asarray(getattr(traj, name)))), name
+    np.testing.assert_array_equal(traj.a[0], a0)
+
+
+def test_t_end_is_exactly_t1_when_ok():
+    V0, a0, bs = fig2_problem()
+    traj = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=1e6)
+    assert float(traj.t_end) == 1e6

@@ -31,6 +31,9 @@ LOSS = gradflow.LogisticTeacher(BS)
         ((LOSS, V0, A0), dict(t1=10.0, temperature=0.0), "temperature: got 0.0"),
         (("logistic", V0, A0), dict(t1=10.0), "loss: got 'logistic'; expected a gradflow loss"),
         ((LOSS, V0, A0.reshape(2, 4)), dict(t1=10.0, model="rowwise"), r"a0.shape: got \(2, 4\)"),
+        ((LOSS, V0, A0), dict(t1=10.0, ts=["a", "b"]), "ts: got .*1-D array of flow times"),
+        ((LOSS, V0, A0), dict(t1=10.0, max_steps=2.7), "max_steps: got 2.7; expected a positive integer"),
+        ((LOSS, V0, A0), dict(t1=True), "t1: got True"),
     ],
 )
 def test_simulate_bad_arguments(args, kwargs, match):
@@ -47,6 +50,8 @@ def test_loss_constructors_validate():
         gradflow.LogisticTeacher(np.ones((2, 2)))
     with pytest.raises(gradflow.GradflowValueError, match=r"design.shape: got \(3, 2\)"):
         gradflow.SquareLoss(np.ones(4), design=np.ones((3, 2)))
+    with pytest.raises(gradflow.GradflowValueError, match="target: .*non-zero target"):
+        gradflow.SquareLoss(np.zeros(4))
     with pytest.raises(gradflow.GradflowValueError, match="scale: got -1"):
         gradflow.SquareLoss(np.ones(4), scale=-1)
     with pytest.raises(gradflow.GradflowValueError, match="p_star: .*probabilities"):
@@ -69,3 +74,11 @@ def test_reruns_are_bitwise_identical():
     b = gradflow.simulate(LOSS, V0, A0, t1=1e6)
     np.testing.assert_array_equal(a.V, b.V)
     np.testing.assert_array_equal(a.Gamma, b.Gamma)
+
+
+def test_batch_arguments_validate():
+    with pytest.raises(gradflow.GradflowValueError, match="V0s/a0s: .*batch size B ≥ 1"):
+        gradflow.simulate_batch(LOSS, np.zeros((0, 8, 8)), np.zeros((0, 8)), t1=1.0)
+    losses = [gradflow.LogisticTeacher(np.ones(8)), gradflow.LogisticTeacher(np.ones(4))]
+    with pytest.raises(gradflow.GradflowValueError, match="loss: .*equal array shapes"):
+        gradflow.simulate_batch(losses, np.zeros((2, 8, 8)), np.zeros((2, 8)), t1=1.0)
