@@ -14,6 +14,7 @@ import time
 from ._errors import GradflowValueError
 
 DEFAULT_OUT = "figures"
+QUICK_TRIALS = 4  # trials per check for `reproduce --quick`
 REPRODUCE_OUT = "out"  # git-ignored: reproduce computes afresh instead of re-plotting the committed gallery
 
 
@@ -64,7 +65,7 @@ def _cmd_check(args) -> int:
 def _cmd_reproduce(args) -> int:
     from theory import DEFAULT_TRIALS, run_checks
 
-    results = run_checks(None, trials=DEFAULT_TRIALS, seed=0)
+    results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
     _print_check_table(results)
     checks_ok = all(r.holds and not r.control_holds for r in results)
     args.ids, args.list, args.verbose = [], False, True

@@ -163,12 +163,15 @@ class CheckResult:
             **{k: v for k, v in control.details.items() if k in ("solver_not_ok_trials", "summary")},
         }
         details.update(extra)
+        # a control whose runs failed proves nothing: count it as not discriminating (the check fails)
+        inconclusive = bool(control.details.get("solver_not_ok_trials"))
+        details["control"]["inconclusive"] = inconclusive
         return cls(
             id=id,
             statement=statement,
             holds=main.holds,
             trials=main.trials,
             worst_margin=main.worst_margin,
-            control_holds=control.holds,
+            control_holds=control.holds or inconclusive,
             details=details,
         )

@@ -125,7 +125,7 @@ def run_normalisations(trials: int = 16, seed: int = 0) -> CheckResult:
 # ------------------------------------------------------------------------------ sinks
 
 SINK_T = 5
-SINK_D = 5
+SINK_D = 4  # T != d, so a transposed V would be caught
 SINK_T1 = 1e10
 SINK_MAJORITY = 0.5
 """A row has converged to a token once that token's weight exceeds this."""

@@ -54,6 +54,10 @@ def rank_one(traj: gradflow.Trajectory, losses, tol: float = RANK_ONE_TOL, reduc
     losses = as_list(losses, len(ls))
     margins, oks, errs = [], [], []
     for lane, loss in zip(ls, losses):
+        if not isinstance(loss, gradflow.SquareLoss) or loss.design is not None or loss.scale != 0.5:
+            raise gradflow.GradflowValueError(
+                f"losses: got {loss!r}; expected SquareLoss(target) with scale 0.5 and no design (Lemma 3.5, Eq. 8)"
+            )
         b = np.asarray(loss.teacher)
         b2 = float(b @ b)
         V = lane["V"]
@@ -80,7 +84,7 @@ def partial_polarisation(traj: gradflow.Trajectory) -> Verdict:
         t, G = lane["t"], lane["Gamma"]
         k = int(np.searchsorted(t, t[-1] / 100.0))
         rel = float((G[-1] - G[k]) / G[-1]) if G[-1] > 0 else math.inf
-        plateau = math.inf if rel <= 0 else float(np.log10(PLATEAU_TOL / rel))
+        plateau = math.inf if rel == 0 else float(np.log10(PLATEAU_TOL / abs(rel)))  # a falling Γ is no plateau either
         smax = float(np.max(lane["s"][-1]))
         subs.append(dict(plateau=plateau, partial=MAX_S_PARTIAL - smax))
         margins.append(min(plateau, MAX_S_PARTIAL - smax))
