@@ -20,3 +20,19 @@ def test_json_and_table(capsys):
     assert main(["check", "thm3.3b", "--trials", "2"]) == 0
     table = capsys.readouterr().out
     assert "thm3.3b" in table and "worst margin" in table
+
+
+def test_exit_1_when_a_check_fails_or_a_control_holds(monkeypatch, capsys):
+    import theory
+    from theory import CheckResult
+
+    def fake(holds, control_holds):
+        return lambda trials=16, seed=0: CheckResult(
+            id="thm3.3b", statement="stub", holds=holds, trials=1, worst_margin=1.0 if holds else -1.0,
+            control_holds=control_holds, details={},
+        )
+
+    for holds, control_holds, code in [(True, False, 0), (False, False, 1), (True, True, 1)]:
+        monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", fake(holds, control_holds))
+        assert main(["check", "thm3.3b", "--trials", "1", "--json"]) == code
+        capsys.readouterr()

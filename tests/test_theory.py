@@ -143,3 +143,43 @@ def test_trend_and_tables_can_fail():
     good = {"softmax": [0.99], "l1": [0.9], "l2": [1.0], "relu": [1.0], "sigmoid": [0.1], "sum": [0.2]}
     assert theory.normalisation_verdict(good).holds
     assert not theory.normalisation_verdict({**good, "sigmoid": [0.95]}).holds
+
+
+@pytest.fixture(scope="module")
+def square_run():
+    rng = np.random.RandomState(4)
+    b = rng.randn(5)
+    loss = gradflow.SquareLoss(b / np.linalg.norm(b))
+    traj = gradflow.simulate(loss, np.zeros((5, 5)), 0.1 * rng.randn(5), t1=1e4)
+    return traj, loss
+
+
+def test_rank_one_and_partial_polarisation_violations_are_reported(square_run):
+    traj, loss = square_run
+    assert theory.rank_one(traj, loss).holds
+    perp = np.linalg.svd(np.asarray(loss.target)[None, :])[2][-1]
+    leaked = traj.V.at[-1].add(1e-3 * jnp.outer(perp, jnp.ones(5)))  # V leaves span{β*} at the end
+    assert not theory.rank_one(eqx.tree_at(lambda t: t.V, traj, leaked), loss).holds
+    with pytest.raises(gradflow.GradflowValueError, match="scale 0.5 and no design"):
+        theory.rank_one(traj, gradflow.SquareLoss(loss.target, scale=1.0))
+    assert theory.partial_polarisation(traj).holds
+    one_hot = jnp.zeros_like(traj.s).at[:, 0].set(1.0)  # s one-hot: polarisation is not partial
+    assert not theory.partial_polarisation(eqx.tree_at(lambda t: t.s, traj, one_hot)).holds
+    rising = eqx.tree_at(lambda t: t.Gamma, traj, traj.Gamma * (1 + traj.t / traj.t[-1]))  # Γ still growing
+    assert not theory.partial_polarisation(rising).holds
+    falling = eqx.tree_at(lambda t: t.Gamma, traj, traj.Gamma * (1 - 0.5 * traj.t / traj.t[-1]))
+    assert not theory.partial_polarisation(falling).holds
+
+
+def test_sink_violation_is_reported():
+    rng = np.random.RandomState(5)
+    V0, b = rng.randn(4, 5), rng.randn(4)
+    traj = gradflow.simulate(gradflow.LogisticTeacher(b), V0, np.zeros((5, 5)), t1=1e8, model="rowwise")
+    assert theory.sink_verdict(traj).holds
+    top = int(np.argmax(np.asarray(traj.u[0])))
+    other = (top + 1) % 5
+    s = np.asarray(traj.s).copy()
+    s[-1, 2] = 0.0
+    s[-1, 2, other] = 1.0  # row 2 ends on another token
+    v = theory.sink_verdict(eqx.tree_at(lambda t: t.s, traj, jnp.asarray(s)))
+    assert not v.holds and v.worst_margin < 0

@@ -183,6 +183,20 @@ def ascent_sweep(trials: int, seed: int, t1: float = 1e4) -> tuple:
     return traj, losses
 
 
+def reversed_logits_sweep(trials: int, seed: int, t1: float = 1e4, spread: float = 3.0) -> tuple:
+    """Negative control breaking Assumption 3.1: the logistic flow from the first shape group's
+    ``V(0)``, ``β*`` but with ``a(0)`` ordered *against* ``u(0)`` (``a_i(0) = spread·(rank_i − mean)``,
+    rank 0 = largest ``u``). Then ``s_i < s_j`` for ``u_i > u_j`` at the start, so every
+    ``u`` gap shrinks at first. Returns ``(traj, losses)``."""
+    grp = logistic_draws(trials, seed)[0]
+    u0 = np.einsum("bdn,bd->bn", grp["V0s"], np.asarray(grp["betas"]))
+    ranks = np.argsort(np.argsort(-u0, axis=1), axis=1).astype(float)
+    a0s = spread * (ranks - ranks.mean(axis=1, keepdims=True))
+    losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]
+    traj = gradflow.simulate_batch(losses, grp["V0s"], a0s, t1=t1, solver="dopri8")
+    return traj, losses
+
+
 @functools.lru_cache(maxsize=8)
 def square_sweep(trials: int, seed: int, zero_V: bool) -> tuple:
     """Square loss ``½‖β* − β‖²`` (paper Eq. 8) from the first shape group's teachers, with

@@ -10,8 +10,8 @@ import numpy as np
 
 import gradflow
 
-from ._result import CheckResult, Verdict, combine
-from ._sweeps import ascent_sweep, lanes, logistic_sweep
+from ._result import CheckResult, Verdict, combine, merge
+from ._sweeps import ascent_sweep, lanes, logistic_sweep, reversed_logits_sweep
 
 __all__ = ["order_preserved", "repulsion", "STATEMENTS", "run_thm3_2a", "run_thm3_2b"]
 
@@ -90,20 +90,29 @@ def repulsion(traj: gradflow.Trajectory) -> Verdict:
 
 
 def _run(check_id, fn, trials, seed):
-    verdicts = [fn(traj) for traj, _, _ in logistic_sweep(trials, seed)]
-    margins = [m for v in verdicts for m in v.margins]
-    details = {}
-    for v in verdicts:
-        for k, val in v.details.items():
-            details.setdefault(k, [])
-            details[k] = list(details[k]) + (list(val) if isinstance(val, (list, tuple)) else [val])
-    oks = [not v.details.get("solver_not_ok_trials") for v in verdicts]
-    main = combine(margins, details, oks)
+    main = merge([fn(traj) for traj, _, _ in logistic_sweep(trials, seed)])
     ctrl_traj, _ = ascent_sweep(trials, seed)
     control = fn(ctrl_traj)
-    return CheckResult.from_verdicts(
-        check_id, STATEMENTS[check_id], main, control, "reversed field (gradient ascent on the logistic loss), t1 = 1e4"
-    )
+    case = "reversed field (gradient ascent on the logistic loss), t1 = 1e4"
+    if check_id == "thm3.2b":
+        # ascent keeps the u-gaps growing (only Φ fails there); a second control breaks the u part:
+        # a(0) ordered against u(0), where every u gap shrinks at first
+        u_ctrl = fn(reversed_logits_sweep(trials, seed)[0])
+        u_incs = list(u_ctrl.details["min_gap_increment_u"])
+        u_holds = bool(all(x > 0 for x in u_incs)) and not u_ctrl.details.get("solver_not_ok_trials")
+        control = Verdict(
+            holds=control.holds or u_holds,
+            worst_margin=max(control.worst_margin, max(u_incs)),
+            trials=control.trials + u_ctrl.trials,
+            margins=control.margins + u_ctrl.margins,
+            details={**control.details, "u_part_control_min_gap_increment_u": u_incs},
+        )
+        case += "; and a(0) ordered against u(0) (Assumption 3.1 broken), where the u gaps must shrink"
+    extra = {}
+    if check_id == "thm3.2b":  # the text's claim that the a gaps grow too: reported, not part of holds
+        flags = list(main.details["a_gaps_increasing"])
+        extra["a_gap_claim_holds_fraction"] = float(np.mean(flags)) if flags else float("nan")
+    return CheckResult.from_verdicts(check_id, STATEMENTS[check_id], main, control, case, **extra)
 
 
 def run_thm3_2a(trials: int = 16, seed: int = 0) -> CheckResult:
