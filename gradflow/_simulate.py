@@ -112,7 +112,7 @@ def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
         mdl.check_shapes(V0[0], a0[0], loss)
     else:
         mdl.check_shapes(V0, a0, loss)
-    if not bool(_weights_finite(mdl, V0, a0)):
+    if not bool(_weights_finite(mdl, V0, a0, batch)):
         raise bad_arg(
             "a0s" if batch else "a0",
             np.asarray(a0),
@@ -123,10 +123,14 @@ def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
 
 
 @eqx.filter_jit
-def _weights_finite(model, V, a):
-    if V.ndim == 3:  # a batch
-        return jnp.all(jax.vmap(lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_))))(V, a))
-    return jnp.all(jnp.isfinite(model.weights(V, a)))
+def _weights_finite(model, V, a, batch):
+    finite = lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_)))
+    return jnp.all(jax.vmap(finite)(V, a)) if batch else finite(V, a)
+
+
+def _where_leading(mask, new, old):
+    """``jnp.where`` with ``mask`` over the leading axes of ``old``, broadcast over the rest."""
+    return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - mask.ndim)), new, old)
 
 
 def _result_code(result):
@@ -196,9 +200,7 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
     at_rest = sol.result == diffrax.RESULTS.event_occurred
     if steady:  # hold the steady state at the remaining save points
         later = at_rest & (taus >= tau0) & ~reached
-        ys = jax.tree.map(
-            lambda s, e: jnp.where(later.reshape(later.shape + (1,) * e.ndim), e[None], s), ys, y_end
-        )
+        ys = jax.tree.map(lambda s, e: _where_leading(later, e[None], s), ys, y_end)
         reached = reached | later
     return dict(
         ys=ys,
@@ -224,17 +226,20 @@ def _finish(model, loss, ys, valid, y0, y_end, code):
 @eqx.filter_jit
 def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, batched, loss_batched):
     fn = lambda l, y, t0: _solve_raw(model, l, y, t0, taus, rtol, atol, solver_name, max_steps)
-    if batched:
-        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0))
-    return fn(loss, y0, tau0)
+    return _per_lane(fn, batched, loss_batched, 2)(loss, y0, tau0)
 
 
 @eqx.filter_jit
 def _finish_jit(model, loss, ys, valid, y0, y_end, code, batched, loss_batched):
     fn = lambda l, y, v, y_0, ye, c: _finish(model, l, y, v, y_0, ye, c)
-    if batched:
-        fn = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None, 0, 0, 0, 0, 0))
-    return fn(loss, ys, valid, y0, y_end, code)
+    return _per_lane(fn, batched, loss_batched, 5)(loss, ys, valid, y0, y_end, code)
+
+
+def _per_lane(fn, batched, loss_batched, n_lane_args):
+    """``fn(loss, *lane_args)`` as is, or vmapped over lanes (the loss too if it is stacked)."""
+    if not batched:
+        return fn
+    return eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None,) + (0,) * n_lane_args)
 
 
 def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, batched=False, loss_batched=False) -> dict:
@@ -250,13 +255,11 @@ def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, batch
     if name == AUTO_STIFF and bool(jnp.any(code == 1)) and max_steps > budget:
         # the explicit solver ran out of budget (stiffness): continue implicitly from where it stopped
         more = _solve_jit(model, loss, y_end, tau_end, taus, rtol, atol, "kvaerno5", max_steps - budget, batched, loss_batched)
-        switch = code == 1
-        take = more["reached"] & (taus > tau_end[..., None] if batched else taus > tau_end)
-        take = take & (switch[..., None] if batched else switch)
-        pick = lambda new, old: jnp.where(take.reshape(take.shape + (1,) * (old.ndim - take.ndim)), new, old)
-        ys = jax.tree.map(pick, more["ys"], ys)
+        switch = code == 1  # per lane: () or (B,)
+        take = more["reached"] & (taus > tau_end[..., None]) & switch[..., None]  # (T,) or (B, T)
+        ys = jax.tree.map(lambda new, old: _where_leading(take, new, old), more["ys"], ys)
         reached = reached | take
-        sel = lambda new, old: jnp.where(switch.reshape(switch.shape + (1,) * (old.ndim - switch.ndim)), new, old)
+        sel = lambda new, old: _where_leading(switch, new, old)
         y_end = jax.tree.map(sel, more["y_end"], y_end)
         tau_end = sel(more["tau_end"], tau_end)
         tau_steady = sel(more["tau_steady"], tau_steady)
