@@ -53,9 +53,10 @@ def _make_solver(name: str, rtol=None, atol=None):
     if name == "dopri8":
         return diffrax.Dopri8()
     if name == "kvaerno5":
-        # Newton solved 1000x tighter than the step controller: a loose root finder pollutes the
-        # embedded error estimate and makes the controller reject about every other step.
-        return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=1e-3 * rtol, atol=1e-3 * atol))
+        # Newton (a fresh Jacobian per iteration) to the step controller's own tolerances. A
+        # tighter root finder cannot converge once h·‖∂f/∂y‖ is large (round-off in the stiff
+        # field exceeds its tolerance): steps are rejected and the solve stalls.
+        return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol))
     raise AssertionError(name)  # resolve_solver validated the name
 
 
@@ -224,51 +225,108 @@ def _finish(model, loss, ys, valid, y0, y_end, code):
 
 
 @eqx.filter_jit
-def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, batched, loss_batched):
+def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, loss_batched):
     fn = lambda l, y, t0: _solve_raw(model, l, y, t0, taus, rtol, atol, solver_name, max_steps)
-    return _per_lane(fn, batched, loss_batched, 2)(loss, y0, tau0)
+    return _per_lane(fn, loss_batched, 2)(loss, y0, tau0)
 
 
 @eqx.filter_jit
-def _finish_jit(model, loss, ys, valid, y0, y_end, code, batched, loss_batched):
+def _finish_jit(model, loss, ys, valid, y0, y_end, code, loss_batched):
     fn = lambda l, y, v, y_0, ye, c: _finish(model, l, y, v, y_0, ye, c)
-    return _per_lane(fn, batched, loss_batched, 5)(loss, ys, valid, y0, y_end, code)
+    return _per_lane(fn, loss_batched, 5)(loss, ys, valid, y0, y_end, code)
 
 
-def _per_lane(fn, batched, loss_batched, n_lane_args):
-    """``fn(loss, *lane_args)`` as is, or vmapped over lanes (the loss too if it is stacked)."""
-    if not batched:
-        return fn
+def _per_lane(fn, loss_batched, n_lane_args):
+    """``fn(loss, *lane_args)`` vmapped over lanes (over the loss too if it is stacked)."""
     return eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None,) + (0,) * n_lane_args)
 
 
-def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, batched=False, loss_batched=False) -> dict:
-    """Solve (switching explicit → implicit for ``auto`` on stiff losses), then finish."""
-    zeros = jnp.zeros(V0.shape[:1] if batched else (), V0.dtype)
-    y0 = (V0, a0, zeros)
+ROUND_STEPS = 512
+"""Steps per solver round. Under ``vmap`` a solve runs every lane until the slowest one is
+done, so solves run in rounds of at most this many steps: lanes still running after a round
+(status ``max_steps`` of the round) continue from where they stopped in the next round,
+gathered into a smaller batch (padded to a power of two, so few shapes get compiled); lanes
+that finished are not computed again. A lone stiff seed then costs its own steps, not
+``B ×`` its steps. Restarting costs one initial step-size estimate per round."""
+
+
+def _bucket(k: int, B: int, n_dev: int) -> int:
+    """Lanes computed for ``k`` pending lanes of ``B``: a power of two ≥ ``k`` (``B`` for the
+    first round), rounded up to a multiple of the device count."""
+    size = B if k == B else min(1 << (k - 1).bit_length(), B)
+    return -(-size // n_dev) * n_dev
+
+
+def _lane_sharding(devices):
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("lanes",))
+    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
+
+
+def _take_lanes(tree, idx, sharding):
+    """Lanes ``idx`` of every array leaf of ``tree``, placed on ``sharding``."""
+    return jax.tree.map(lambda x: jax.device_put(x[idx], sharding) if eqx.is_array(x) else x, tree)
+
+
+def _round(model, loss, state, pending, taus, rtol, atol, solver_name, steps, loss_batched, devices):
+    """Advance the lanes ``pending`` by at most ``steps`` solver steps; merge into ``state``."""
+    B, k = state["code"].shape[0], pending.size
+    size = _bucket(k, B, len(devices))
+    idx = np.concatenate([pending, np.full(size - k, pending[0])])  # padding lanes repeat one lane
+    sharding = _lane_sharding(devices)
+    lane_loss = _take_lanes(loss, idx, sharding) if loss_batched else loss
+    y_start = _take_lanes(state["y_end"], idx, sharding)
+    tau_start = _take_lanes(state["tau_end"], idx, sharding)
+    out = _solve_jit(model, lane_loss, y_start, tau_start, taus, rtol, atol, solver_name, steps, loss_batched)
+    out = jax.tree.map(lambda x: x[:k], out)
+    # take new save points only where the lane had not been before; the rest of the state is replaced
+    new_points = out["reached"] & ~state["reached"][pending]
+    merge = lambda new, old: old.at[pending].set(_where_leading(new_points, new, old[pending]))
+    put = lambda new, old: old.at[pending].set(new)
+    return dict(
+        ys=jax.tree.map(merge, out["ys"], state["ys"]),
+        reached=state["reached"].at[pending].set(state["reached"][pending] | out["reached"]),
+        y_end=jax.tree.map(put, out["y_end"], state["y_end"]),
+        tau_end=put(out["tau_end"], state["tau_end"]),
+        tau_steady=put(out["tau_steady"], state["tau_steady"]),
+        num_steps=put(state["num_steps"][pending] + out["num_steps"], state["num_steps"]),
+        code=put(out["code"], state["code"]),
+    )
+
+
+def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices) -> dict:
+    """Solve ``B`` lanes (leading axis of ``V0``, ``a0``) in rounds (:data:`ROUND_STEPS`),
+    switching explicit → implicit for ``auto`` on stiff losses, then finish."""
+    B, T = V0.shape[0], taus.shape[0]
+    y0 = (V0, a0, jnp.zeros((B,), V0.dtype))
     rtol, atol = jnp.asarray(rtol), jnp.asarray(atol)
-    first = "dopri8" if name == AUTO_STIFF else name
-    budget = min(EXPLICIT_BUDGET, max_steps) if name == AUTO_STIFF else max_steps
-    out = _solve_jit(model, loss, y0, zeros, taus, rtol, atol, first, budget, batched, loss_batched)
-    ys, reached, steps, code = out["ys"], out["reached"], out["num_steps"], out["code"]
-    y_end, tau_end, tau_steady = out["y_end"], out["tau_end"], out["tau_steady"]
-    if name == AUTO_STIFF and bool(jnp.any(code == 1)) and max_steps > budget:
-        # the explicit solver ran out of budget (stiffness): continue implicitly from where it stopped
-        more = _solve_jit(model, loss, y_end, tau_end, taus, rtol, atol, "kvaerno5", max_steps - budget, batched, loss_batched)
-        switch = code == 1  # per lane: () or (B,)
-        take = more["reached"] & (taus > tau_end[..., None]) & switch[..., None]  # (T,) or (B, T)
-        ys = jax.tree.map(lambda new, old: _where_leading(take, new, old), more["ys"], ys)
-        reached = reached | take
-        sel = lambda new, old: _where_leading(switch, new, old)
-        y_end = jax.tree.map(sel, more["y_end"], y_end)
-        tau_end = sel(more["tau_end"], tau_end)
-        tau_steady = sel(more["tau_steady"], tau_steady)
-        steps = steps + jnp.where(switch, more["num_steps"], 0)
-        code = sel(more["code"], code)
-    reached = reached | (taus == 0)  # t = 0 is the initial state itself
-    res = _finish_jit(model, loss, ys, reached, y0, y_end, code, batched, loss_batched)
+    state = dict(
+        ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
+        reached=jnp.zeros((B, T), bool),
+        y_end=y0,
+        tau_end=jnp.zeros((B,), V0.dtype),
+        tau_steady=jnp.full((B,), jnp.inf, V0.dtype),
+        num_steps=jnp.zeros((B,), int),
+        code=jnp.ones((B,), int),  # 1 (max_steps): still to run
+    )
+    if name == AUTO_STIFF:  # the explicit solver's budget, then implicit for lanes that exhaust it
+        explicit = min(EXPLICIT_BUDGET, max_steps)
+        phases = [("dopri8", explicit), ("kvaerno5", max_steps - explicit)]
+    else:
+        phases = [(name, max_steps)]
+    for solver_name, budget in phases:
+        used = 0
+        while used < budget:
+            pending = np.flatnonzero(np.asarray(state["code"]) == 1)
+            if pending.size == 0:
+                break
+            steps = min(ROUND_STEPS, budget - used)
+            state = _round(model, loss, state, pending, taus, rtol, atol, solver_name, steps, loss_batched, devices)
+            used += steps
+    reached = state["reached"] | (taus == 0)  # t = 0 is the initial state itself
+    res = _finish_jit(model, loss, state["ys"], reached, y0, state["y_end"], state["code"], loss_batched)
+    tau_end = state["tau_end"]
     t_end = jnp.where(tau_end == taus[-1], jnp.asarray(t1_exact), jnp.expm1(tau_end))
-    res.update(num_steps=steps, t_end=t_end, t_steady=jnp.expm1(tau_steady))
+    res.update(num_steps=state["num_steps"], t_end=t_end, t_steady=jnp.expm1(state["tau_steady"]))
     return res
 
 
@@ -356,7 +414,8 @@ def simulate(
     """
     mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
-    out = _run(mdl, loss, V0, a0, taus, t1, rtol, atol, name, max_steps)
+    out = _run(mdl, loss, V0[None], a0[None], taus, t1, rtol, atol, name, max_steps, False, jax.devices()[:1])
+    out = jax.tree.map(lambda x: x[0], out)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
@@ -369,6 +428,15 @@ def _check_solve(t1, ts, rtol, atol, max_steps, solver, loss):
         raise bad_arg("max_steps", max_steps, "a positive integer")
     max_steps = int(max_steps)
     return t1, ts, _taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver, loss)
+
+
+def _check_devices(devices) -> list:
+    if devices is None:
+        return jax.devices()
+    devices = list(devices) if isinstance(devices, (list, tuple)) else None
+    if not devices or not all(isinstance(d, jax.Device) for d in devices):
+        raise bad_arg("devices", devices, "a non-empty list of jax devices (e.g. jax.devices()[:2]) or None")
+    return devices
 
 
 def _taus(ts: np.ndarray, t1: float) -> Array:
@@ -393,6 +461,7 @@ def simulate_batch(
     solver: str = "auto",
     model: str | AbstractModel = "value-softmax",
     max_steps: int = 16384,
+    devices: Sequence[jax.Device] | None = None,
 ) -> Trajectory:
     """:func:`simulate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -401,7 +470,15 @@ def simulate_batch(
     Every array of the returned :class:`Trajectory` gains a leading axis ``B``; ``status``
     is per lane (a stiff or failing lane does not raise).
 
-    **Raises:** as :func:`simulate`, plus a mismatch of batch sizes.
+    Lanes are sharded over ``devices`` (default: all of ``jax.devices()``, e.g. every GPU of
+    a host, or every host's devices after ``jax.distributed.initialize()``) with
+    ``jax.sharding``; results do not depend on the number of devices. Solves run in rounds of
+    :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
+    so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)
+    and solver settings other than the tolerances are compiled once per process: ``t1``,
+    ``ts`` values, ``rtol``, ``atol`` and the initial states can change without recompiling.
+
+    **Raises:** as :func:`simulate`, plus a mismatch of batch sizes or an empty ``devices``.
     """
     loss_batched = isinstance(loss, (list, tuple))
     if loss_batched:
@@ -421,5 +498,6 @@ def simulate_batch(
     else:
         stacked = loss
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, first)
-    out = _run(mdl, stacked, V0s, a0s, taus, t1, rtol, atol, name, max_steps, batched=True, loss_batched=loss_batched)
+    devices = _check_devices(devices)
+    out = _run(mdl, stacked, V0s, a0s, taus, t1, rtol, atol, name, max_steps, loss_batched, devices)
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))
