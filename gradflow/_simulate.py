@@ -244,9 +244,14 @@ def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, 
 
 
 @eqx.filter_jit
-def _finish_jit(model, loss, ys, valid, y0, y_end, code, loss_batched):
+def _finish_jit(model, loss, state, y0, taus, t1_exact, loss_batched):
     fn = lambda l, y, v, y_0, ye, c: _finish(model, l, y, v, y_0, ye, c)
-    return _per_lane(fn, loss_batched, 5)(loss, ys, valid, y0, y_end, code)
+    reached = state["reached"] | (taus == 0)  # t = 0 is the initial state itself
+    res = _per_lane(fn, loss_batched, 5)(loss, state["ys"], reached, y0, state["y_end"], state["code"])
+    tau_end = state["tau_end"]
+    t_end = jnp.where(tau_end == taus[-1], t1_exact, jnp.expm1(tau_end))
+    res.update(num_steps=state["num_steps"], t_end=t_end, t_steady=jnp.expm1(state["tau_steady"]))
+    return res
 
 
 def _per_lane(fn, loss_batched, n_lane_args):
@@ -270,14 +275,38 @@ def _bucket(k: int, B: int, n_dev: int) -> int:
     return -(-size // n_dev) * n_dev
 
 
-def _lane_sharding(devices):
+def _place(tree, devices):
+    """Shard the array leaves of ``tree`` along their leading (lane) axis over ``devices``."""
+    if len(devices) == 1 and devices[0] == jax.devices()[0]:
+        return tree
     mesh = jax.sharding.Mesh(np.asarray(devices), ("lanes",))
-    return jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
+    return jax.tree.map(lambda x: jax.device_put(x, sharding) if eqx.is_array(x) else x, tree)
 
 
-def _take_lanes(tree, idx, sharding):
-    """Lanes ``idx`` of every array leaf of ``tree``, placed on ``sharding``."""
-    return jax.tree.map(lambda x: jax.device_put(x[idx], sharding) if eqx.is_array(x) else x, tree)
+@eqx.filter_jit
+def _gather(tree, idx):
+    return jax.tree.map(lambda x: x[idx], tree)
+
+
+@eqx.filter_jit
+def _merge(state, out, idx, dest):
+    """Write the round's results ``out`` (lanes ``idx``) into ``state`` at rows ``dest``
+    (padding rows point past the end and are dropped). New save points are taken only where
+    the lane had not been before; the rest of the lane's state is replaced."""
+    old_reached = state["reached"][idx]
+    new_points = out["reached"] & ~old_reached
+    put = lambda new, old: old.at[dest].set(new, mode="drop")
+    merge = lambda new, old: put(_where_leading(new_points, new, old[idx]), old)
+    return dict(
+        ys=jax.tree.map(merge, out["ys"], state["ys"]),
+        reached=put(old_reached | out["reached"], state["reached"]),
+        y_end=jax.tree.map(put, out["y_end"], state["y_end"]),
+        tau_end=put(out["tau_end"], state["tau_end"]),
+        tau_steady=put(out["tau_steady"], state["tau_steady"]),
+        num_steps=put(state["num_steps"][idx] + out["num_steps"], state["num_steps"]),
+        code=put(out["code"], state["code"]),
+    )
 
 
 def _round(model, loss, state, pending, taus, rtol, atol, solver_name, steps, loss_batched, devices):
@@ -285,33 +314,20 @@ def _round(model, loss, state, pending, taus, rtol, atol, solver_name, steps, lo
     B, k = state["code"].shape[0], pending.size
     size = _bucket(k, B, len(devices))
     idx = np.concatenate([pending, np.full(size - k, pending[0])])  # padding lanes repeat one lane
-    sharding = _lane_sharding(devices)
-    lane_loss = _take_lanes(loss, idx, sharding) if loss_batched else loss
-    y_start = _take_lanes(state["y_end"], idx, sharding)
-    tau_start = _take_lanes(state["tau_end"], idx, sharding)
+    dest = np.concatenate([pending, np.full(size - k, B)])  # ... and are dropped when merging
+    whole = size == B and k == B
+    lane_loss = loss if not loss_batched or whole else _gather(loss, idx)
+    start = (state["y_end"], state["tau_end"]) if whole else _gather((state["y_end"], state["tau_end"]), idx)
+    (y_start, tau_start), lane_loss = _place(start, devices), (_place(lane_loss, devices) if loss_batched else loss)
     out = _solve_jit(model, lane_loss, y_start, tau_start, taus, rtol, atol, solver_name, steps, loss_batched)
-    out = jax.tree.map(lambda x: x[:k], out)
-    # take new save points only where the lane had not been before; the rest of the state is replaced
-    new_points = out["reached"] & ~state["reached"][pending]
-    merge = lambda new, old: old.at[pending].set(_where_leading(new_points, new, old[pending]))
-    put = lambda new, old: old.at[pending].set(new)
-    return dict(
-        ys=jax.tree.map(merge, out["ys"], state["ys"]),
-        reached=state["reached"].at[pending].set(state["reached"][pending] | out["reached"]),
-        y_end=jax.tree.map(put, out["y_end"], state["y_end"]),
-        tau_end=put(out["tau_end"], state["tau_end"]),
-        tau_steady=put(out["tau_steady"], state["tau_steady"]),
-        num_steps=put(state["num_steps"][pending] + out["num_steps"], state["num_steps"]),
-        code=put(out["code"], state["code"]),
-    )
+    return _merge(state, out, idx, dest)
 
 
-def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices) -> dict:
-    """Solve ``B`` lanes (leading axis of ``V0``, ``a0``) in rounds (:data:`ROUND_STEPS`),
-    switching explicit → implicit for ``auto`` on stiff losses, then finish."""
+@eqx.filter_jit
+def _initial_state(V0, a0, taus):
+    """``y0 = (V0, a0, Γ = 0)`` and the solve state of lanes not yet run (code 1)."""
     B, T = V0.shape[0], taus.shape[0]
     y0 = (V0, a0, jnp.zeros((B,), V0.dtype))
-    rtol, atol = jnp.asarray(rtol), jnp.asarray(atol)
     state = dict(
         ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
         reached=jnp.zeros((B, T), bool),
@@ -321,6 +337,14 @@ def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_
         num_steps=jnp.zeros((B,), int),
         code=jnp.ones((B,), int),  # 1 (max_steps): still to run
     )
+    return y0, state
+
+
+def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices) -> dict:
+    """Solve ``B`` lanes (leading axis of ``V0``, ``a0``) in rounds (:data:`ROUND_STEPS`),
+    switching explicit → implicit for ``auto`` on stiff losses, then finish."""
+    y0, state = _initial_state(V0, a0, taus)
+    rtol, atol = jnp.asarray(rtol), jnp.asarray(atol)
     if name == AUTO_STIFF:  # the explicit solver's budget, then implicit for lanes that exhaust it
         explicit = min(EXPLICIT_BUDGET, max_steps)
         phases = [("dopri8", explicit), ("kvaerno5", max_steps - explicit)]
@@ -335,12 +359,7 @@ def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_
             steps = min(ROUND_STEPS, budget - used)
             state = _round(model, loss, state, pending, taus, rtol, atol, solver_name, steps, loss_batched, devices)
             used += steps
-    reached = state["reached"] | (taus == 0)  # t = 0 is the initial state itself
-    res = _finish_jit(model, loss, state["ys"], reached, y0, state["y_end"], state["code"], loss_batched)
-    tau_end = state["tau_end"]
-    t_end = jnp.where(tau_end == taus[-1], jnp.asarray(t1_exact), jnp.expm1(tau_end))
-    res.update(num_steps=state["num_steps"], t_end=t_end, t_steady=jnp.expm1(state["tau_steady"]))
-    return res
+    return _finish_jit(model, loss, state, y0, taus, jnp.asarray(t1_exact), loss_batched)
 
 
 _TIME_AXIS_KEYS = ("V", "a", "s", "Gamma", "valid", "loss", "entropy", "u")
@@ -350,10 +369,11 @@ def _trajectory(out: dict, ts: np.ndarray, meta: dict, batch_shape=()) -> Trajec
     """Wrap solver output; drops the extra end point :func:`_taus` may have appended."""
     axis = len(batch_shape)
     n = ts.shape[0]
-    out = {
-        key: (jax.lax.slice_in_dim(val, 0, n, axis=axis) if key in _TIME_AXIS_KEYS else val)
-        for key, val in out.items()
-    }
+    if n < out["valid"].shape[axis]:
+        out = {
+            key: (jax.lax.slice_in_dim(val, 0, n, axis=axis) if key in _TIME_AXIS_KEYS else val)
+            for key, val in out.items()
+        }
     t = jnp.broadcast_to(jnp.asarray(ts), batch_shape + ts.shape)
     return Trajectory(t=t, meta=tuple(sorted(meta.items())), **out)
 
@@ -428,7 +448,7 @@ def simulate(
     mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
     out = _run(mdl, loss, V0[None], a0[None], taus, t1, rtol, atol, name, max_steps, False, jax.devices()[:1])
-    out = jax.tree.map(lambda x: x[0], out)
+    out = _gather(out, 0)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
