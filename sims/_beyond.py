@@ -38,3 +38,14 @@ def require_ok(fig_id: str, **runs: gradflow.Trajectory) -> None:
     bad = {name: tr.status for name, tr in runs.items() if not tr.ok}
     if bad:
         raise RuntimeError(f"{fig_id}: runs not ok: {bad}")
+
+
+def sci(x: float) -> str:
+    """``x`` as mathtext: ``0``, ``10^{4}``, ``2\\cdot10^{4}`` or a plain ``%g`` for ``1e-2 < |x| < 1e3``."""
+    if x == 0:
+        return "0"
+    if 1e-2 < abs(x) < 1e3:
+        return f"{x:g}"
+    exp = int(np.floor(np.log10(abs(x))))
+    mant = x / 10.0**exp
+    return f"10^{{{exp}}}" if np.isclose(mant, 1.0) else f"{mant:g}\\cdot10^{{{exp}}}"
