@@ -28,7 +28,7 @@ from theory.polarisation import asymptotic_fits
 from theory.square import partial_polarisation
 
 from . import style
-from ._beyond import flow_grid, gd_record, require_ok, valid_arrays
+from ._beyond import flow_grid, gd_record, require_ok, sci, valid_arrays
 from ._common import fig2_init, phases, thin
 from ._registry import Figure
 
@@ -154,7 +154,7 @@ def plot(data: dict, cfg: dict):
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
                Line2D([], [], color="k", linestyle="--", linewidth=0.7)]
     fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta = {cfg['lr']}$, {cfg['gd_steps']:.0e} it. (Riemann sum)",
-                         f"fit over $t\\in$[{cfg['fit_window'][0]:.0e}, {cfg['fit_window'][1]:.0e}] (theory.polarisation)"],
+                         f"fit over $t\\in[{sci(cfg['fit_window'][0])}, {sci(cfg['fit_window'][1])}]$ (theory.polarisation)"],
                loc="outside lower center", ncol=3, fontsize=6)
     fig.suptitle(f"Polarisation coefficient $\\Gamma(t)$ — Fig. 2 draws ($n=d={cfg['n']}$, seed {cfg['seed']})", fontsize=9)
     return fig

@@ -188,8 +188,8 @@ def plot(data: dict, cfg: dict):
     ax_b.set_xscale("log")
     ax_b.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
     ax_b.set_ylabel(f"weight of the top-$u(0)$ token $s_{{{top}}}$")
-    ax_b.set_title("(b) logistic: large $\\eta$ bends the path,\nnot the winner")
-    ax_b.legend(loc="upper left", fontsize=5.2)
+    ax_b.set_title("(b) logistic: large $\\eta$ bends\nthe path, not the winner")
+    ax_b.legend(loc="center left", fontsize=5.2)
 
     qlr = data["square_lrs"]
     ok = data["square_status"] == 0
@@ -201,19 +201,21 @@ def plot(data: dict, cfg: dict):
         ax_q.plot([0.0], [data["square_flow_s"][i]], color=qcols[i], marker="_", markersize=9, markeredgewidth=1.5,
                   clip_on=False)
     winners = np.argmax(data["square_s_final"], axis=1)
+    flow_win = int(np.argmax(data["square_flow_s"]))
     ymax = float(np.max(data["square_s_final"][ok])) * 1.08
     for lr, w, good in zip(qlr, winners, ok):
-        if good:
-            ax_q.text(lr, ymax, str(w), fontsize=4.8, ha="center", color=qcols[w])
-        else:
+        if good and w != flow_win:
+            ax_q.text(lr, ymax, str(w), fontsize=5.5, ha="center", color=qcols[w])
+        elif not good:
             ax_q.plot(lr, ymax * 0.97, marker="x", color="k", markersize=3.5)
+    ax_q.text(0.5, ymax, f"winner {flow_win} (as the flow)", fontsize=5.5, color=qcols[flow_win])
     for lm, ls in ((data["square_lmax0"], ":"), (data["square_lmax_end"], "--")):
         ax_q.axvline(2.0 / float(lm), color="0.35", linestyle=ls, linewidth=0.9)
     ax_q.set_xlim(-0.5, qlr[-1] + 0.5)
     ax_q.set_ylim(None, ymax * 1.06)
     ax_q.set_xlabel(f"step size $\\eta$ (square loss, to $t = {sci(cfg['square_t'])}$)")
     ax_q.set_ylabel("final $s_i$ (bars at $\\eta = 0$: flow)")
-    ax_q.set_title("(c) square: winner (digits) changes,\nthen GD diverges (x)")
+    ax_q.set_title("(c) square: other winners (digits),\nthen divergence (x)")
     handles = [Line2D([], [], color="k", **style.FLOW),
                Line2D([], [], color="k", linestyle="--", marker="o", markersize=2, markerfacecolor="none", linewidth=0.8)]
     handles += [Line2D([], [], color="0.35", linestyle=":", linewidth=0.9), Line2D([], [], color="0.35", linestyle="--", linewidth=0.9)]

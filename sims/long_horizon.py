@@ -33,7 +33,7 @@ def config(quick: bool) -> dict:
         "seed": 123,
         "n": 8,
         "t1": 1e30,
-        "flow_points": 400 if quick else 1500,
+        "flow_points": 300 if quick else 1500,
         "rtol": 1e-10,
         "atol": 1e-12,
         "lr": 0.1,

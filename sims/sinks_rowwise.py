@@ -163,7 +163,7 @@ def plot(data: dict, cfg: dict):
     ax_f.set_xticks(x, [f"{c:g}" for c in data["a_scales"]])
     ax_f.set_xlabel("scale $c$ of $A(0) = c\\cdot$randn$(T, T)$")
     ax_f.set_ylabel(f"fraction of {cfg['trials']} draws")
-    ax_f.set_ylim(0, 1.25)
+    ax_f.set_ylim(0, 1.45)
     ax_f.legend(loc="upper right", fontsize=5.2, ncol=1)
     ax_f.set_title(f"agreement at $t_1 = {sci(cfg['t1'])}$", fontsize=7.5)
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
