@@ -143,7 +143,7 @@ def plot(data: dict, cfg: dict):
     ax_r.plot(t[pos], wrong[pos], color="0.55", linestyle=":", linewidth=1.2, label="wrong $\\delta'=2(u_0-u_1)$")
     ax_r.set_yscale("log")
     ax_r.set_ylabel("$s_j(t)/s_0(t)$")
-    ax_r.set_title(f"(a) Fig. 2 run: ratios and the Thm 3.3(b) bound")
+    ax_r.set_title("(a) Fig. 2 run: ratios and the Thm 3.3(b) bound")
     ax_r.legend(loc="lower left", ncol=2, fontsize=5.2)
 
     ax_x.axhspan(1e-3, 1.0, color="tab:red", alpha=0.08, linewidth=0)

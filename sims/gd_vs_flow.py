@@ -219,7 +219,7 @@ def plot(data: dict, cfg: dict):
     ax_q.set_title("(c) square: other winners (digits),\nthen divergence (x)")
     handles = [Line2D([], [], color="k", **style.FLOW),
                Line2D([], [], color="k", linestyle="--", marker="o", markersize=2, markerfacecolor="none", linewidth=0.8)]
-    handles += [Line2D([], [], color="0.35", linestyle=":", linewidth=0.9), Line2D([], [], color="0.35", linestyle="--", linewidth=0.9)]
+    handles += [Line2D([], [], color="0.35", linestyle=ls, linewidth=0.9) for ls in (":", "--")]
     labels = ["gradient flow (diffrax)", "gradient descent", "(c) $2/\\lambda_{max}(\\nabla^2 L)$ at $\\theta(0)$",
               "(c) $2/\\lambda_{max}(\\nabla^2 L)$ at the flow's limit"]
     fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=6)

@@ -149,8 +149,9 @@ def summary(data: dict, cfg: dict) -> dict:
     for T in (1e5, 1e12, 1e20, 1e30):
         if T <= t[-1]:
             i = at(T)
-            out[f"t={T:.0e}"] = dict(one_minus_s0=float(data["one_minus_s0"][i]), entropy=float(data["entropy"][i]),
-                                     Gamma=float(data["Gamma"][i]), one_minus_s0_times_log2t=float(data["one_minus_s0"][i] * np.log(t[i]) ** 2))
+            oms = float(data["one_minus_s0"][i])
+            out[f"t={T:.0e}"] = dict(one_minus_s0=oms, entropy=float(data["entropy"][i]), Gamma=float(data["Gamma"][i]),
+                                     one_minus_s0_times_log2t=oms * float(np.log(t[i])) ** 2)
     return out
 
 
