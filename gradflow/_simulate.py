@@ -152,7 +152,7 @@ STEADY_FRACTION = 1e-3
 moves by less than ``STEADY_FRACTION × (atol + rtol·|y|)`` per unit of log time ``τ``, or
 once the flow-time field is at round-off level (:data:`ROUNDOFF_FIELD`)."""
 
-ROUNDOFF_FIELD = 64
+ROUNDOFF_FIELD = 1024
 """At a minimiser the computed field is round-off, about ``ε·|y|`` (``ε`` the float64
 machine epsilon), and ``(1 + t)·ε·|y|`` exceeds any tolerance once ``t`` is large: the
 relative test alone would then never fire and the solver would integrate noise to ``t1``.
