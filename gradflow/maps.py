@@ -170,8 +170,15 @@ def apply_map(
     softmax the usual temperature, for other maps a rescaling of the logits).
 
     **Returns:** the weights, same shape and dtype as ``a``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for an unknown name or a concrete
+    ``temperature`` that is not positive and finite.
     """
-    return get_map(normalization)(a / temperature)
+    fn = get_map(normalization)
+    if not isinstance(temperature, jax.core.Tracer) and jnp.ndim(temperature) == 0:
+        if isinstance(temperature, bool) or not (float(temperature) > 0 and jnp.isfinite(float(temperature))):
+            raise bad_arg("temperature", temperature, "a positive finite number")
+    return fn(a / temperature)
 
 
 def softmax_entropy(a: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:
