@@ -20,9 +20,13 @@ from .models import AbstractModel
 __all__ = ["Trajectory", "STATUS", "compute_metrics", "atomic_write", "remove_stale_temporaries", "winners"]
 
 STATUS = ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
-"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` the
-step size collapsed (``dt_min``); ``3`` the state or field turned non-finite (for GD: the
-iterate diverged); ``4`` another solver failure (e.g. the implicit solver's Newton iteration)."""
+"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` stalled:
+the log-time step collapsed below ``STALL_ULPS·eps·max(1, τ1)`` (≈ 6e-12 at ``t1 = 1e12``) with a
+finite field around — a blow-up, kink or singularity ahead; ``3`` non-finite: the field at the
+reached state, or within a few minimal steps ahead of a stall, is NaN/inf (the solve stops at
+once; for GD: the iterate diverged); ``4`` another solver failure (e.g. the implicit solver's
+Newton iteration). In every case ``t_end`` is where the run stopped, the state there is finite,
+and later save points hold it with ``valid = False``."""
 
 
 class Trajectory(eqx.Module):
