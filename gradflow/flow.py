@@ -27,11 +27,11 @@ __all__ = ["gradient_field", "flow_field", "log_time_field", "t_of_tau", "tau_of
 def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
     """``(dV/dt, da/dt) = −∇L(V, a)`` (paper Eqs. 2–4). Shapes and dtypes as ``V`` and ``a``.
 
-    Autodiff throughout, except that for the softmax map the softmax's own derivative is applied
-    in the exact centred form :func:`gradflow.maps.softmax_vjp`: plain autodiff loses the top
+    Autodiff throughout, except that for the softmax map (models that do not override
+    ``weights``/``loss``) the softmax's own derivative is applied in the exact centred form :func:`gradflow.maps.softmax_vjp`: plain autodiff loses the top
     logit's velocity (and ``Σ_i da_i/dt = 0``) once the logit gap exceeds ~37 in float64.
     """
-    if model.normalization != "softmax":
+    if not _plain_softmax(model):
         gV, ga = jax.grad(lambda V_, a_: model.loss(loss, V_, a_), argnums=(0, 1))(V, a)
         return -gV, -ga
     z, logits_vjp = jax.vjp(model.logits, V, a)
@@ -40,6 +40,17 @@ def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array)
     gz = (_maps.softmax_vjp(s, gs) / model.temperature).astype(z.dtype)
     gV_logits, ga = logits_vjp(gz)
     return -(gV + gV_logits).astype(V.dtype), -ga
+
+
+def _plain_softmax(model: AbstractModel) -> bool:
+    """Whether ``L = loss_of_weights(V, softmax(logits(V, a) / T))`` holds as the base class
+    defines it (a subclass that overrides ``weights`` or ``loss`` is differentiated as written)."""
+    cls = type(model)
+    return (
+        model.normalization == "softmax"
+        and cls.weights is AbstractModel.weights
+        and cls.loss is AbstractModel.loss
+    )
 
 
 def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:

@@ -147,3 +147,22 @@ def test_softmax_vjp_matches_dense_jacobian_and_keeps_ties_bitwise():
         J = np.diag(s[r]) - np.outer(s[r], s[r])
         np.testing.assert_allclose(got[r], J @ g[r], rtol=1e-12, atol=1e-16)
     assert got[1, 2] == got[1, 4]
+
+
+def test_model_overriding_weights_is_differentiated_as_written():
+    """The exact softmax path applies only to the base class's softmax weights: a subclass with
+    its own ``weights`` (theory's map-switching model does this) gets plain autodiff of its loss."""
+
+    class SigmoidWeights(gradflow.ValueSoftmax):
+        def weights(self, V, a):
+            return jax.nn.sigmoid(a)
+
+    model = SigmoidWeights()
+    rng = np.random.RandomState(0)
+    V, a, bs = jnp.asarray(rng.randn(3, 4)), jnp.asarray(rng.randn(4)), rng.randn(3)
+    loss = gradflow.LogisticTeacher(bs)
+    dV, da = gradflow.gradient_field(model, loss, V, a)
+    s = 1 / (1 + np.exp(-np.asarray(a)))
+    gamma = 1 / (1 + np.exp(bs @ (np.asarray(V) @ s)))
+    np.testing.assert_allclose(dV, gamma * np.outer(bs, s), rtol=1e-12)  # dV = r sᵀ with s = σ(a)
+    np.testing.assert_allclose(da, gamma * (np.asarray(V).T @ bs) * s * (1 - s), rtol=1e-12)
