@@ -35,6 +35,13 @@ FIGURE_MODULES: dict[str, str] = {
     "scaling": "sims.scaling",
     "causal-mask": "sims.causal_mask",
     "it-animal": "sims.it_animal",
+    # paper figures (SPEC §6)
+    "fig3": "sims.fig3",
+    "fig12": "sims.fig12",
+    "norm-square": "sims.norm_square",
+    "norm-logistic": "sims.norm_logistic",
+    "massive": "sims.massive",
+    "kl": "sims.kl",
 }
 
 
