@@ -16,7 +16,7 @@ def config(quick: bool) -> dict:
 
 
 def plot(data, cfg):
-    return nz.plot(data, cfg, f"Normalisations, square loss $\\frac12\\|V\\alpha-\\beta^*\\|^2$, $n=d={cfg['n']}$, "
+    return nz.plot(data, cfg, f"Normalisations, square loss $\\frac{{1}}{{2}}\\|V\\alpha-\\beta^*\\|^2$, $n=d={cfg['n']}$, "
                               f"seed {cfg['seed']}: flow to $t={cfg['t1']:g}$ with GD")
 
 
