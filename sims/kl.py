@@ -22,7 +22,10 @@ from ._paper import flow_status, flow_times, gd_record, grad_norms, kl_init
 from ._registry import Figure
 
 FLOOR = 1e-15
-"""KL values below this are float64 cancellation noise of ``L − H(p*)`` and are not drawn."""
+"""KL values below this are float64 rounding noise and are not drawn."""
+
+GRAD_FLOOR = 1e-14
+"""Gradient norms below this are float64 rounding noise (the flow is at rest) and are not drawn."""
 
 
 def config(quick: bool) -> dict:
@@ -94,15 +97,15 @@ def plot(data: dict, cfg: dict):
     marks = thin(len(gt), 35)
     gpos = marks[gt[marks] > 0]
 
-    def logline(ax, x, y, **kw):
-        ok = y > FLOOR
+    def logline(ax, x, y, floor=FLOOR, **kw):
+        ok = y > floor
         ax.plot(x[ok], y[ok], **kw)
 
     logline(ax_l, t, data["kl"][keep], color="C0", **style.FLOW)
     logline(ax_l, gt[gpos], data["gd_kl"][gpos], color="C0", **style.GD)
     for key, c in (("grad_V", "C3"), ("grad_a", "C2")):
-        logline(ax_g, t, data[key][keep], color=c, **style.FLOW)
-        logline(ax_g, gt[gpos], data[f"gd_{key}"][gpos], color=c, **style.GD)
+        logline(ax_g, t, data[key][keep], floor=GRAD_FLOOR, color=c, **style.FLOW)
+        logline(ax_g, gt[gpos], data[f"gd_{key}"][gpos], floor=GRAD_FLOOR, color=c, **style.GD)
     n = data["a"].shape[-1]
     cols = style.colors(n)
     for i in range(n):
@@ -114,6 +117,7 @@ def plot(data: dict, cfg: dict):
         ax.set_yscale("log")
     for ax in (ax_l, ax_g, ax_a, ax_s):
         ax.set_xscale("log")
+        ax.set_xlim(1e-3 / 2, 2 * cfg["t1"])
         ax.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
         if not data["valid"][-1]:
             ax.axvline(float(data["flow_t_end"]), color="r", linewidth=0.8, linestyle="--")
