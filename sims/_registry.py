@@ -35,6 +35,12 @@ FIGURE_MODULES: dict[str, str] = {
     "scaling": "sims.scaling",
     "causal-mask": "sims.causal_mask",
     "it-animal": "sims.it_animal",
+    # beyond the paper (issue 4, item 2)
+    "long-horizon": "sims.long_horizon",
+    "gamma": "sims.gamma",
+    "bound": "sims.bound",
+    "gd-vs-flow": "sims.gd_vs_flow",
+    "sinks-rowwise": "sims.sinks_rowwise",
     # paper figures (SPEC §6)
     "fig3": "sims.fig3",
     "fig12": "sims.fig12",
