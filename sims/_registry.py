@@ -42,6 +42,13 @@ FIGURE_MODULES: dict[str, str] = {
     "bound": "sims.bound",
     "gd-vs-flow": "sims.gd_vs_flow",
     "sinks-rowwise": "sims.sinks_rowwise",
+    # paper figures (SPEC §6)
+    "fig3": "sims.fig3",
+    "fig12": "sims.fig12",
+    "norm-square": "sims.norm_square",
+    "norm-logistic": "sims.norm_logistic",
+    "massive": "sims.massive",
+    "kl": "sims.kl",
 }
 
 
