@@ -36,6 +36,16 @@ def square_residual(target, design=None, scale=0.5):
     return r
 
 
+def cross_entropy_residual(p_star):
+    """Soft-target cross-entropy ``−Σ p*_k log softmax(β)_k``: ``r = p* − softmax(β)``, ``γ = ‖r‖``."""
+
+    def r(beta):
+        res = p_star - softmax(beta)
+        return res, np.linalg.norm(res)
+
+    return r
+
+
 def field(V, a, residual):
     s = softmax(a)
     beta = V @ s
