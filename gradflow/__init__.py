@@ -10,6 +10,7 @@ jax.config.update("jax_enable_x64", True)
 
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
+from ._cache import enable_compilation_cache  # noqa: E402
 from ._descend import descend  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
 from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, SquareLoss  # noqa: E402
@@ -37,6 +38,7 @@ __all__ = [
     "ValueSoftmax",
     "apply_map",
     "descend",
+    "enable_compilation_cache",
     "flow_field",
     "get_model",
     "gradient_field",

@@ -1,6 +1,8 @@
 """The ``gradflow`` command line (thin: parse, call, print).
 
-Bad arguments print one line (``gradflow: error: …``) and exit with status 2.
+Bad arguments print one line (``gradflow: error: …``) and exit with status 2. Every command
+uses JAX's persistent compilation cache (:mod:`gradflow._cache`: ``$GRADFLOW_CACHE_DIR``,
+default ``~/.cache/gradflow/jax``) unless ``--no-cache`` or ``GRADFLOW_NO_CACHE=1``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,42 @@ def _cmd_figures(args) -> int:
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
             print(json.dumps(record["summary"], indent=2))
+    return 0
+
+
+def _grid(kind, name):
+    def parse(text):
+        try:
+            values = tuple(kind(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name}: {text!r} is not a comma-separated list of {kind.__name__} values") from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"{name}: give at least one value")
+        return values
+
+    return parse
+
+
+def _seeds(text):
+    try:
+        lo, hi = (int(v) for v in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds: {text!r} is not START:STOP (e.g. 0:1024)") from None
+    return lo, hi
+
+
+def _cmd_sweep(args) -> int:
+    from .sweep import SweepSpec, run_sweep
+
+    spec = SweepSpec(
+        seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
+        normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
+        points=args.points, solver=args.solver, max_steps=args.max_steps,
+    )
+    start = time.perf_counter()
+    res = run_sweep(spec, args.out, progress=not args.no_progress)
+    print(f"sweep: {len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
+          f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s -> {args.out}/")
     return 0
 
 
@@ -99,8 +137,14 @@ def _count(name: str, minimum: int):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gradflow", description="Gradient-flow dynamics of softmax attention.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--no-cache", action="store_true", default=argparse.SUPPRESS,
+                        help="do not use the persistent compilation cache ($GRADFLOW_CACHE_DIR, default ~/.cache/gradflow/jax)")
+    p = _Parser(prog="gradflow", description="Gradient-flow dynamics of softmax attention.", parents=[common])
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name, **kw):
+        return sub.add_parser(name, parents=[common], **kw)
 
     def figure_opts(sp, out=DEFAULT_OUT):
         sp.add_argument("--quick", action="store_true", help="shorter horizons/iterations (CI scale)")
@@ -108,31 +152,55 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--out", default=out, help=f"output folder (default: {out}/)")
         sp.add_argument("--no-progress", action="store_true", help="hide progress bars")
 
-    f = sub.add_parser("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id")
+    f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id")
     f.add_argument("ids", nargs="*", help="figure ids (default: all)")
     f.add_argument("--list", action="store_true", help="list the figure ids and exit")
     f.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary")
     figure_opts(f)
     f.set_defaults(func=_cmd_figures)
 
-    c = sub.add_parser("check", help="run the theorem checks (SPEC §4) with their negative controls")
+    c = add("check", help="run the theorem checks (SPEC §4) with their negative controls")
     c.add_argument("ids", nargs="*", help="check ids (default: all)")
     c.add_argument("--trials", type=_count("trials", 1), default=16, help="random trials per check (default: 16)")
     c.add_argument("--seed", type=_count("seed", 0), default=0, help="base seed (default: 0)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
     c.set_defaults(func=_cmd_check)
 
-    r = sub.add_parser(
+    r = add(
         "reproduce",
         help=f"the main job: run the checks, then compute every figure (paper scale unless --quick) into {REPRODUCE_OUT}/",
     )
     figure_opts(r, out=REPRODUCE_OUT)
     r.set_defaults(func=_cmd_reproduce)
+
+    w = add(
+        "sweep",
+        help="seeds x configs grid, one batch and one .npz per chunk of seeds, resumable (rerun skips finished chunks)",
+        description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid.",
+    )
+    w.add_argument("out", help="sweep folder (sweep.json + one cNNN-sAAAAAA-BBBBBB.npz per chunk)")
+    w.add_argument("--seeds", type=_seeds, default=(0, 64), help="START:STOP (default 0:64)")
+    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk/file (default 64)")
+    w.add_argument("--loss", type=_grid(str, "--loss"), default=("logistic",), help="logistic,square (default logistic)")
+    w.add_argument("--n", type=_grid(int, "--n"), default=(8,), help="sizes n = d (default 8)")
+    w.add_argument("--normalization", type=_grid(str, "--normalization"), default=("softmax",), help="maps (default softmax)")
+    w.add_argument("--t1", type=_grid(float, "--t1"), default=(1e12,), help="flow horizons (default 1e12)")
+    w.add_argument("--rtol", type=_grid(float, "--rtol"), default=(1e-8,), help="tolerances, atol = rtol/100 (default 1e-8)")
+    w.add_argument("--init-scale", type=_grid(float, "--init-scale"), default=(0.1,), help="V0 = scale*randn (default 0.1)")
+    w.add_argument("--points", type=int, default=50, help="save points per run (default 50)")
+    w.add_argument("--solver", default="auto", help="solver (default auto)")
+    w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
+    w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    w.set_defaults(func=_cmd_sweep)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if not getattr(args, "no_cache", False):
+        from ._cache import enable_compilation_cache
+
+        enable_compilation_cache()
     try:
         return args.func(args)
     except GradflowValueError as err:

@@ -1,0 +1,25 @@
+"""The benchmark's smoke mode runs end to end and its report holds what the issue asks for."""
+
+import json
+
+from benchmarks.__main__ import main
+
+
+def test_quick_benchmark_writes_the_report(tmp_path):
+    out = tmp_path / "RESULTS.md"
+    assert main(["--quick", "--out", str(out)]) == 0
+    text = out.read_text()
+    for heading in ("## Machine and versions", "## Targets (issue 5)", "## Fig. 2 data", "## One trajectory to t = 1e12",
+                    "seeds to t = 1e12", "## Scaling", "Command: `python -m benchmarks --quick`"):
+        assert heading in text, heading
+    res = json.loads((tmp_path / "RESULTS.json").read_text())
+    f2 = res["fig2"]
+    # the persistent cache: the first cold process compiles and stores, the second loads everything
+    assert f2["first_misses"] > 0 and f2["cached_hits"] >= f2["first_misses"] and f2["cached_misses"] == 0, f2
+    # every method reaches the tight reference to within a few hundred times its tolerance (a timing
+    # table of wrong answers would be worthless); the looser the tolerance, the larger the error
+    rows = res["tolerances"]
+    assert all(r["error"] < 300 * r["rtol"] for r in rows), rows
+    g = [r for r in rows if r["method"].startswith("gradflow")]
+    assert g[0]["error"] > g[-1]["error"], g
+    assert res["seeds"]["ok"]

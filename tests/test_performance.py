@@ -1,0 +1,130 @@
+"""Engine properties behind the speed claims (speed itself is measured in ``benchmarks/``):
+no recompilation across sweep points, rounds that release finished lanes, sharding that does
+not change the numbers, and an implicit phase that finishes stiff square-loss flows."""
+
+import json
+import os
+import subprocess
+import sys
+
+import equinox as eqx
+import numpy as np
+import pytest
+
+import gradflow
+from gradflow import _simulate
+from tests import reference as ref
+
+
+def _draw(seed, n, B):
+    rng = np.random.RandomState(seed)
+    V0s = 0.1 * rng.randn(B, n, n)
+    teachers = rng.randn(B, n)
+    return V0s, np.zeros((B, n)), [gradflow.LogisticTeacher(b / np.linalg.norm(b)) for b in teachers]
+
+
+def test_no_recompilation_across_tolerances_horizons_seeds_and_ts(monkeypatch):
+    # shapes (B = 3, n = d = 3, 17 save points) used by no other test, so the first call traces
+    counted = eqx.debug.assert_max_traces(_simulate._solve_raw, max_traces=1)
+    monkeypatch.setattr(_simulate, "_solve_raw", counted)
+    settings = [
+        dict(seed=0, t1=1e3, rtol=1e-8, atol=1e-10, ts=np.geomspace(1e-3, 1e3, 17)),
+        dict(seed=1, t1=1e12, rtol=1e-10, atol=1e-12, ts=np.geomspace(1e-2, 1e12, 17)),
+        dict(seed=2, t1=1e30, rtol=1e-6, atol=1e-9, ts=np.linspace(1.0, 1e30, 17)),
+    ]
+    for cfg in settings:
+        V0s, a0s, losses = _draw(cfg["seed"], 3, 3)
+        traj = gradflow.simulate_batch(losses, V0s, a0s, t1=cfg["t1"], ts=cfg["ts"], rtol=cfg["rtol"], atol=cfg["atol"])
+        assert traj.ok
+    assert eqx.debug.get_num_traces(counted) == 1
+    # negative control: a new shape (18 save points) must trace again, and the counter says so
+    with pytest.raises(RuntimeError, match="traced"):
+        gradflow.simulate_batch(losses, V0s, a0s, t1=1e3, ts=np.geomspace(1e-3, 1e3, 18))
+
+
+def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
+    """Rounds of R steps: lanes that finish within R steps stop there (same steps and numbers as
+    one round of ``max_steps``, the old behaviour), and the next round computes only the lanes
+    that needed more than R steps; these agree with the one-round run and with single runs."""
+    rng = np.random.RandomState(0)
+    n = 4
+    V0s, a0s = np.stack([s * rng.randn(n, n) for s in [30.0, 100.0, 30.0, 0.1, 100.0, 30.0, 0.1, 100.0]]), np.zeros((8, n))
+    bs = rng.randn(n)
+    loss = gradflow.LogisticTeacher(bs / np.linalg.norm(bs))
+    calls = []
+    solve = _simulate._solve_jit
+    monkeypatch.setattr(_simulate, "_solve_jit", lambda *a, **k: calls.append(a[2][0].shape[0]) or solve(*a, **k))
+    # the control first: one round of max_steps runs all eight lanes for every step
+    whole = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
+    assert calls == [8] and whole.ok
+    steps_whole = np.asarray(whole.num_steps)
+    R = int(np.sort(steps_whole)[-3])  # two lanes need more than R steps
+    slow = steps_whole > R
+    assert slow.sum() == 2, steps_whole
+    monkeypatch.setattr(_simulate, "ROUND_STEPS", R)
+    calls.clear()
+    traj = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
+    assert traj.ok and calls[:2] == [8, 2], calls  # the second round: the two slow lanes only
+    steps = np.asarray(traj.num_steps)
+    np.testing.assert_array_equal(steps[~slow], steps_whole[~slow])
+    np.testing.assert_array_equal(traj.a[~slow], whole.a[~slow])
+    assert np.all(steps[slow] > R)
+    np.testing.assert_allclose(traj.a[slow], whole.a[slow], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(traj.V[slow], whole.V[slow], rtol=1e-6, atol=1e-6)
+    i = int(np.flatnonzero(slow)[0])
+    single = gradflow.simulate(loss, V0s[i], a0s[i], t1=1e12)
+    np.testing.assert_allclose(single.a, traj[i].a, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_stiff_square_design_kappa50_finishes_and_matches_radau():
+    """κ = 50, d = 6: the explicit phase exhausts its budget, the implicit phase must finish
+    (it used to reject half its steps and stall near t ≈ 1.7e3) and agree with SciPy's Radau."""
+    rng = np.random.RandomState(123)
+    d = 6
+    W, a = 1e-5 * rng.randn(d, d), 1e-3 * rng.randn(d)
+    U, _, Vt = np.linalg.svd(rng.randn(d, d))
+    X, y = U @ np.diag(np.linspace(1, 1 / 50, d)) @ Vt, rng.randn(d)
+    ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 16)])
+    traj = gradflow.simulate(gradflow.SquareLoss(y, design=X, scale=1.0), W, a, t1=1e5, ts=ts, rtol=1e-10, atol=1e-12)
+    assert traj.status == "ok" and traj.metadata["solver"] == "auto-stiff"
+    assert int(traj.num_steps) > _simulate.EXPLICIT_BUDGET  # the implicit phase did run
+    Vr, ar, _ = ref.integrate(W, a, ref.square_residual(y, X, 1.0), ts, rtol=1e-11, atol=1e-13, method="Radau")
+    sr = np.array([ref.softmax(x) for x in ar])
+    np.testing.assert_allclose(traj.s, sr, rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+    assert float(traj.loss[-1]) < 1e-12  # at the minimiser
+
+
+_SHARD_SCRIPT = r"""
+import json, sys, jax, numpy as np
+import gradflow
+sys.path.insert(0, ".")
+from tests.test_performance import _draw
+V0s, a0s, losses = _draw(5, 4, 6)                 # 6 lanes: padded to 8 over 4 devices
+ts = np.geomspace(1e-2, 1e12, 12)
+many = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts)
+one = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts, devices=jax.devices()[:1])
+V0s[2] += 1e-3                                    # control: a perturbed lane must show up
+moved = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts)
+rel = lambda x, y: float(np.max(np.abs(np.asarray(x.V) - np.asarray(y.V))) / np.max(np.abs(np.asarray(y.V))))
+print(json.dumps(dict(devices=jax.device_count(), sharded_over=len(many.V.sharding.device_set),
+    one_over=len(one.V.sharding.device_set), diff=rel(many, one), diff_control=rel(moved, one),
+    steps_many=np.asarray(many.num_steps).tolist(), steps_one=np.asarray(one.num_steps).tolist(),
+    ok=bool(many.ok and one.ok and moved.ok))))
+"""
+
+
+def test_sweep_on_simulated_devices_equals_one_device():
+    """4 simulated CPU devices (the flag must precede the import of jax: a subprocess)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", _SHARD_SCRIPT], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["devices"] == 4 and res["sharded_over"] == 4 and res["one_over"] == 1 and res["ok"], res
+    assert res["steps_many"] == res["steps_one"], res
+    # kernels compiled for 2 lanes per device round differently from 6 lanes on one device, and
+    # adaptive steps pass last-digit differences on: equal far inside the tolerance (rtol 1e-8)
+    assert res["diff"] <= 1e-8, res
+    assert res["diff_control"] > 1e-7, res
