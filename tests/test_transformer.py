@@ -1,0 +1,162 @@
+"""Sec. 4 transformer code: kernels vs hand computations, masking, task generators, training."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradflow._errors import GradflowValueError
+from sims.transformer.kernels import KERNELS, attention_weights
+from sims.transformer.tasks import group_batch, group_of, induction_batch
+from sims.transformer.train import RunConfig, shares, sparsity, train
+
+VARIANTS = [(k, n) for k in KERNELS for n in (True, False) if not (k == "softmax" and not n)]
+
+# 3x3 example: with k = sqrt(3)·I and d_h = 3 the logits q kᵀ/√d_h are exactly q = L.
+L = np.array([[0.0, 1.0, -1.0], [2.0, 0.0, 1.0], [0.5, -0.5, 0.0]])
+K = np.sqrt(3.0) * np.eye(3)
+
+
+def _elu1(x):
+    return np.where(x > 0, x, np.exp(x) - 1) + 1
+
+
+def _hand(kernel: str, normalise: bool) -> np.ndarray:
+    """Entry-by-entry formulas of Table 1 (SPEC §7), loops over i, j."""
+    phi = np.tanh
+    g = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            if kernel == "softmax":
+                g[i, j] = np.exp(L[i, j])
+            elif kernel == "sigmoid":
+                g[i, j] = 1 / (1 + np.exp(-L[i, j]))
+            elif kernel == "elu":
+                g[i, j] = _elu1(L[i, j])
+            elif kernel == "elu-elu":
+                g[i, j] = sum(_elu1(L[i, m]) * _elu1(K[j, m]) for m in range(3))
+            elif kernel == "mlp":
+                g[i, j] = sum(phi(L[i, m]) * phi(K[j, m]) for m in range(3)) / np.sqrt(3)
+            else:
+                g[i, j] = L[i, j]
+    if kernel == "softmax" or normalise:
+        tot = g.sum(1, keepdims=True)
+        g = g / (np.maximum(np.abs(tot), 1) if kernel in ("mlp", "linear") else tot)
+    return g
+
+
+@pytest.mark.parametrize("kernel,normalise", VARIANTS)
+def test_kernel_matches_hand_computation_3x3(kernel, normalise):
+    w = attention_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalise, phi=jnp.tanh)
+    np.testing.assert_allclose(np.asarray(w), _hand(kernel, normalise), rtol=1e-12, atol=1e-14)
+
+
+def test_kernel_literal_values():
+    """Two rows worked out by hand: softmax(0, 1, −1) and the signed normaliser max(|Σ|, 1)."""
+    w = attention_weights(jnp.asarray(L), jnp.asarray(K), "softmax", True)
+    e = np.exp(1.0)
+    np.testing.assert_allclose(np.asarray(w[0]), [1 / (1 + e + 1 / e), e / (1 + e + 1 / e), (1 / e) / (1 + e + 1 / e)],
+                               rtol=1e-12)
+    lin = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "linear", True))
+    np.testing.assert_allclose(lin[0], [0.0, 1.0, -1.0])  # Σ = 0 -> divided by 1, unchanged
+    np.testing.assert_allclose(lin[1], [2 / 3, 0.0, 1 / 3])  # Σ = 3
+    # negative control: the un-normalised sigmoid row is not a distribution
+    sig = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "sigmoid", False))
+    assert abs(sig[0].sum() - 1) > 0.1
+
+
+@pytest.mark.parametrize("kernel,normalise", VARIANTS)
+def test_causal_mask_future_weights_exactly_zero(kernel, normalise):
+    rng = np.random.default_rng(0)
+    q, k = (jnp.asarray(rng.standard_normal((5, 4)) * 3) for _ in range(2))
+    phi = lambda x: jnp.tanh(x) + 0.5  # noqa: E731
+    w = np.asarray(attention_weights(q, k, kernel, normalise, causal=True, phi=phi))
+    assert np.all(w[np.triu_indices(5, 1)] == 0.0)
+    # each causal row equals the row computed from its prefix alone (a second formulation)
+    for i in range(5):
+        row = attention_weights(q[i:i + 1], k[:i + 1], kernel, normalise, phi=phi)
+        np.testing.assert_allclose(w[i, :i + 1], np.asarray(row[0]), rtol=1e-12, atol=1e-15)
+    # future keys get exactly zero gradient
+    grad = jax.grad(lambda kk: jnp.sum(attention_weights(q, kk, kernel, normalise, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
+    assert np.all(np.asarray(grad)[3:] == 0.0) and np.any(np.asarray(grad)[:3] != 0.0)
+    # negative control: without the mask the upper triangle is not zero
+    w_full = np.asarray(attention_weights(q, k, kernel, normalise, causal=False, phi=phi))
+    assert np.any(w_full[np.triu_indices(5, 1)] != 0.0)
+
+
+def test_masked_logit_is_dtype_min_in_float32():
+    """float32 path: masked entries exactly 0 and rows finite even with huge logits."""
+    q = jnp.full((3, 2), 100.0, jnp.float32)
+    for kernel in ("softmax", "sigmoid", "elu"):
+        w = attention_weights(q, q, kernel, kernel == "softmax", causal=True)
+        assert w.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(w)))
+        assert float(w[0, 1]) == 0.0 and float(w[0, 2]) == 0.0
+
+
+@pytest.mark.parametrize("args,match", [
+    (("softmax", False), "normalise"), (("relu", True), "kernel"), (("mlp", True), "phi"),
+])
+def test_kernel_bad_arguments(args, match):
+    q = jnp.ones((3, 2))
+    with pytest.raises(GradflowValueError, match=match):
+        attention_weights(q, q, *args)
+
+
+def _valid_induction(seq, vocab, n):
+    """Independent validator of one induction sequence; returns a list of violations."""
+    bad = []
+    ctx, q, c = list(seq[1:n + 1]), seq[n + 1], seq[n + 2]
+    if seq[0] != vocab:
+        bad.append("BOS")
+    if len(set(ctx)) != n or not all(0 <= t < vocab for t in ctx):
+        bad.append("distinct")
+    if q not in ctx[:-1]:
+        bad.append("query")
+    elif ctx[ctx.index(q) + 1] != c:
+        bad.append("target")
+    return bad
+
+
+def test_induction_sequences_valid():
+    seq = induction_batch(3, 2000, vocab=50, n_context=10)
+    assert seq.shape == (2000, 13) and seq.dtype == np.int32
+    assert all(not _valid_induction(s, 50, 10) for s in seq)
+    positions = [list(s[1:11]).index(s[11]) for s in seq]
+    assert set(positions) == set(range(9))  # every position with a successor is used
+    np.testing.assert_array_equal(seq, induction_batch(3, 2000))  # seeded
+    # negative controls: the validator catches each corruption
+    bad = seq[0].copy(); bad[2] = bad[1]
+    assert "distinct" in _valid_induction(bad, 50, 10)
+    bad = seq[0].copy(); bad[12] = (bad[12] + 1) % 50
+    assert _valid_induction(bad, 50, 10)
+    bad = seq[0].copy(); bad[11] = bad[10]  # the last context token has no successor
+    assert "query" in _valid_induction(bad, 50, 10)
+
+
+def test_group_sequences_valid():
+    seq, lab = group_batch(5, 2000, vocab=48, n_groups=4, n_context=10)
+    assert seq.shape == (2000, 11) and np.all(seq[:, 0] == 48)
+    assert set(np.unique(lab)) == {0, 1, 2, 3}
+    body = seq[:, 1:]
+    assert np.all(body // 12 == lab[:, None])  # every token in the label's group (12 tokens each)
+    assert np.all(group_of(body) == lab[:, None])
+    assert all(len(set(r)) == 10 for r in body)
+    # negative control: another label breaks the group check
+    assert not np.all(body // 12 == ((lab + 1) % 4)[:, None])
+
+
+def test_task_bad_arguments():
+    with pytest.raises(GradflowValueError, match="vocab"):
+        induction_batch(0, 10, vocab=5, n_context=10)
+    with pytest.raises(GradflowValueError, match="vocab"):
+        group_batch(0, 10, vocab=20, n_groups=4, n_context=10)
+    with pytest.raises(GradflowValueError, match="normalise"):
+        RunConfig(kernel="softmax", normalise=False)
+
+
+def test_shares_and_sparsity_by_hand():
+    w = np.array([[[[[1.0, 0.0], [-1.0, 3.0]]]]])  # (N=1, L=1, H=1, T=2, T=2)
+    np.testing.assert_allclose(shares(w)[0, 0, 0], [[1.0, 0.0], [0.25, 0.75]])
+    np.testing.assert_allclose(sparsity(shares(w), slice(None)), [[(1.0 + 0.75) / 2]])
