@@ -89,7 +89,18 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
                     out[key][i, j] = h[src]
             out["step_seconds"][i, j] = hi["step_seconds"] or np.nan
             out["train_seconds"][i, j] = hi["train_seconds"] + hg["train_seconds"]
-    return out
+    # the figure cache refuses non-finite data: "missing" is stored as -1 (every measured
+    # quantity here is >= 0) and turned back into NaN by unpack() before plotting
+    return {k: np.where(np.isnan(v), MISSING, v) if v.dtype.kind == "f" else v for k, v in out.items()}
+
+
+MISSING = -1.0
+
+
+def unpack(data: dict) -> dict:
+    """Figure data with the ``MISSING`` sentinel of float arrays replaced by NaN."""
+    return {k: np.where(v == MISSING, np.nan, v) if np.asarray(v).dtype.kind == "f" else v
+            for k, v in data.items()}
 
 
 VARIANT_LABELS = {"softmax": "softmax", "sigmoid": "sigmoid", "elu": "elu+1", "elu-elu": "elu·elu",
@@ -134,7 +145,7 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
-                   available: np.ndarray | None = None, all_variants: bool = True) -> None:
+                   available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0) -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
@@ -150,8 +161,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
     kernels = [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
     width = 0.38
     cmap = plt.get_cmap("tab10")
-    top = np.nanmax(values) if np.any(np.isfinite(values)) else 1.0
-    top = top if top > 0 else 1.0
+    top = max(float(np.nanmax(values)) if np.any(np.isfinite(values)) else 0.0, top)
     for xi, kernel in enumerate(kernels):
         for norm in (True, False):
             name = variant_name(kernel, norm)
@@ -166,7 +176,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                 ax.text(x, val + 0.02 * top, fmt.format(val), ha="center", va="bottom", fontsize=5.5)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
-                ax.text(x, 0.02 * top, "no run\n> 0.95" if ran else "not run", ha="center", va="bottom",
+                ax.text(x, 0.02 * top, "no run > 0.95" if ran else "not run", ha="center", va="bottom",
                         fontsize=5, color="0.35", rotation=90)
     ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels])
     ax.set_ylabel(ylabel)

@@ -14,6 +14,7 @@ from ._registry import Figure
 
 
 def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
     fig, axes = style.figure(1, 2, height=2.6)
     ax, ax_c = axes[0]
     acc = np.nanmean(np.where(data["available"], data["induction_acc"], np.nan), axis=1) \
@@ -50,6 +51,7 @@ def plot(data: dict, cfg: dict):
 
 
 def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
     out = {}
     for i, name in enumerate(cfg["variants"]):
         if not data["available"][i].any():

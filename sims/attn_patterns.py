@@ -17,9 +17,10 @@ SHOWN = ("softmax-norm", "sigmoid-raw", "linear-raw")
 
 
 def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
     names = cfg["variants"]
     H = cfg["run"]["n_heads"]
-    fig, axes = style.figure(len(SHOWN), H, height=1.75 * len(SHOWN))
+    fig, axes = style.figure(len(SHOWN), H, height=1.9 * len(SHOWN))
     for r, name in enumerate(SHOWN):
         i = names.index(name) if name in names else None
         have = i is not None and data["available"][i, 0]
@@ -40,14 +41,16 @@ def plot(data: dict, cfg: dict):
             ax.set_yticks(range(len(labels)), labels, fontsize=4.5)
             bos = data["bos_share"][i, 0, -1, h]
             ax.set_title(f"{_sec4.variant_label(name)}, head {h}\nBOS share {bos:.2f}", fontsize=6.5)
-    fig.suptitle("Layer-2 attention on one induction sequence (query rows, key columns; acc: " +
+    fig.suptitle("Layer-2 attention shares on one induction sequence (rows: queries, columns: keys); "
+                 "induction acc.: " +
                  ", ".join(f"{_sec4.variant_label(n)} {data['induction_acc'][names.index(n), 0]:.2f}"
                            for n in SHOWN if n in names and data["available"][names.index(n), 0]) +
-                 ") — " + _sec4.scale_note(cfg, data), fontsize=7)
+                 "\n" + _sec4.scale_note(cfg, data), fontsize=7)
     return fig
 
 
 def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
     names = cfg["variants"]
     out = {}
     for name in SHOWN:

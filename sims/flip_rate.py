@@ -15,12 +15,13 @@ from ._registry import Figure
 
 
 def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
     fig, axes = style.figure(1, 1, height=2.5)
     ax = axes[0][0]
     rate = np.where(data["available"], data["flip_rate"], np.nan)
     rate = np.nanmean(rate, axis=1) if data["available"].any() else np.full(len(cfg["variants"]), np.nan)
     _sec4.bars_by_kernel(ax, rate, cfg, ylabel=f"flip rate ({cfg['run']['n_pairs']} pairs)", fmt="{:.3f}",
-                         available=data["available"])
+                         available=data["available"], top=0.05)
     ax.set_ylim(0, max(0.05, float(np.nanmax(rate)) * 1.25) if np.any(np.isfinite(rate)) else 1)
     acc = ", ".join(f"{_sec4.variant_label(n)} {data['group_acc'][i, 0]:.3f}"
                     for i, n in enumerate(cfg["variants"]) if data["available"][i, 0])
@@ -30,6 +31,7 @@ def plot(data: dict, cfg: dict):
 
 
 def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
     return {name: None if not data["available"][i].any() else
             {"flip_rate": data["flip_rate"][i].tolist(), "n_pairs": data["n_pairs"][i].tolist(),
              "group_acc": data["group_acc"][i].tolist()}

@@ -14,10 +14,12 @@ from ._registry import Figure
 
 
 def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
     fig, axes = style.figure(1, 2, height=2.6)
     ax, ax_h = axes[0]
     _sec4.bars_by_kernel(ax, _sec4.sink_percent(data), cfg, ylabel="% sink heads (layer 2)",
-                         available=data["available"])
+                         available=data["available"], top=100.0)
+    ax.set_ylim(0, 112)
     ax.set_title("sink heads in runs with induction acc. > 0.95")
     names = cfg["variants"]
     for i, name in enumerate(names):
@@ -41,6 +43,7 @@ def plot(data: dict, cfg: dict):
 
 
 def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
     pct, pct_all = _sec4.sink_percent(data), _sec4.sink_percent_all(data)
     return {name: {"sink_heads_percent_kept": None if np.isnan(pct[i]) else float(pct[i]),
                    "sink_heads_percent_all_runs": None if np.isnan(pct_all[i]) else float(pct_all[i]),

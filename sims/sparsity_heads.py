@@ -20,6 +20,7 @@ def _scores(data: dict, i: int) -> np.ndarray:
 
 
 def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
     fig, axes = style.figure(1, 2, height=2.6)
     ax, ax_all = axes[0]
     names = cfg["variants"]
@@ -56,6 +57,7 @@ def plot(data: dict, cfg: dict):
 
 
 def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
     out = {}
     for i, name in enumerate(cfg["variants"]):
         if data["available"][i].any():

@@ -160,3 +160,53 @@ def test_shares_and_sparsity_by_hand():
     w = np.array([[[[[1.0, 0.0], [-1.0, 3.0]]]]])  # (N=1, L=1, H=1, T=2, T=2)
     np.testing.assert_allclose(shares(w)[0, 0, 0], [[1.0, 0.0], [0.25, 0.75]])
     np.testing.assert_allclose(sparsity(shares(w), slice(None)), [[(1.0 + 0.75) / 2]])
+
+
+# ----------------------------------------------------------------------------- training
+
+TINY = dict(d_model=32, n_layers=2, n_heads=4, n_train=256, epochs=2, batch=32, n_test=64,
+            evals_per_epoch=2, n_pairs=20)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_model(tmp_path):
+    """Stop after 5 steps (last checkpoint at step 4), resume, compare with an uninterrupted run."""
+    import equinox as eqx
+
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    ckpt = str(tmp_path / "run")
+    train(cfg, "induction", checkpoint=ckpt, progress=False, stop_after=5)
+    meta = __import__("json").loads((tmp_path / "run.json").read_text())
+    assert meta["step"] == 4 and (tmp_path / "run.4.eqx").exists()
+    resumed, hist = train(cfg, "induction", checkpoint=ckpt, progress=False)
+    whole, hist_whole = train(cfg, "induction", progress=False)
+    assert hist["step"] == hist_whole["step"] == [4, 8, 12, 16]
+    leaves = zip(jax.tree_util.tree_leaves(eqx.filter(resumed, eqx.is_array)),
+                 jax.tree_util.tree_leaves(eqx.filter(whole, eqx.is_array)))
+    assert all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in leaves)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.16.eqx", "run.json"]  # old leaves removed
+    # negative control: a fresh run from another seed ends elsewhere
+    other, _ = train(RunConfig(kernel="sigmoid", normalise=False, seed=1, **TINY), "induction", progress=False)
+    assert not np.allclose(other.head.weight, whole.head.weight)
+
+
+def test_reproduce_keeps_long_figures_quick_unless_paper_scale(monkeypatch, tmp_path):
+    from gradflow import cli
+    import sims._registry as registry
+
+    calls = []
+    monkeypatch.setattr(registry, "build", lambda fig_id, out, quick, force, progress: calls.append((fig_id, quick))
+                        or {"cached": False, "summary": {}})
+    args = cli._parser().parse_args(["reproduce", "--out", str(tmp_path), "--no-progress"])
+    args.ids, args.list, args.verbose = ["fig2", "flip-rate"], False, False
+    assert cli._cmd_figures(args) == 0
+    assert calls == [("fig2", False), ("flip-rate", True)]
+    calls.clear()
+    args = cli._parser().parse_args(["reproduce", "--paper-scale", "--out", str(tmp_path)])
+    args.ids, args.list, args.verbose, args.no_progress = ["flip-rate"], False, False, True
+    cli._cmd_figures(args)
+    assert calls == [("flip-rate", False)]
+    calls.clear()
+    args = cli._parser().parse_args(["figures", "flip-rate", "--out", str(tmp_path)])  # figures: as asked
+    cli._cmd_figures(args)
+    assert calls == [("flip-rate", False)]

@@ -15,6 +15,7 @@ are measured on the same scale as softmax (for the normalised positive kernels t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -154,6 +155,19 @@ def _accuracy(model, x, y, task: str) -> float:
 
 # ----------------------------------------------------------------------------- training
 
+@functools.lru_cache(maxsize=None)
+def _adamw(lr: float, weight_decay: float):
+    """One optax AdamW per setting, so the jitted step below is compiled once per model shape."""
+    return optax.adamw(lr, weight_decay=weight_decay)
+
+
+@eqx.filter_jit
+def _step(model, opt_state, x, y, task: str, aux_weight: float, opt):
+    loss, grads = eqx.filter_value_and_grad(_loss)(model, x, y, task, aux_weight)
+    updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
+    return eqx.apply_updates(model, updates), opt_state, loss
+
+
 def _save_checkpoint(path: str, model, opt_state, meta: dict) -> None:
     """Atomic, consistent checkpoint: leaves to ``path.STEP.eqx``, then ``path.json`` naming it."""
     leaves = f"{path}.{meta['step']}.eqx"
@@ -197,7 +211,7 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     x_tr, y_tr = _data(cfg, task, train_seed, cfg.n_train)
     x_te, y_te = _data(cfg, task, test_seed, cfg.n_test)
     model = _model(cfg, task)
-    opt = optax.adamw(cfg.lr, weight_decay=cfg.weight_decay)
+    opt = _adamw(cfg.lr, cfg.weight_decay)
     opt_state = opt.init(eqx.filter(model, eqx.is_array))
     spe = cfg.steps_per_epoch
     eval_every = max(spe // cfg.evals_per_epoch, 1)
@@ -213,12 +227,6 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
         if hist["stopped_step"] is not None:
             return model, hist
 
-    @eqx.filter_jit
-    def step(model, opt_state, x, y):
-        loss, grads = eqx.filter_value_and_grad(_loss)(model, x, y, task, cfg.aux_weight)
-        updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
-        return eqx.apply_updates(model, updates), opt_state, loss
-
     timed, t_timed, perm_epoch, perm = 0, 0.0, -1, None
     start = time.perf_counter()
     bar = tqdm(total=total, initial=step0, desc=f"{run_name(cfg)} {task}", disable=not progress, leave=False)
@@ -230,7 +238,7 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             perm = np.random.default_rng((cfg.seed, TASKS.index(task), epoch)).permutation(cfg.n_train)
         idx = perm[i * cfg.batch:(i + 1) * cfg.batch]
         t0 = time.perf_counter()
-        model, opt_state, loss = step(model, opt_state, x_tr[idx], y_tr[idx])
+        model, opt_state, loss = _step(model, opt_state, x_tr[idx], y_tr[idx], task, cfg.aux_weight, opt)
         if s > step0:  # the first step compiles
             loss.block_until_ready()
             timed, t_timed = timed + 1, t_timed + time.perf_counter() - t0
