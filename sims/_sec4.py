@@ -97,6 +97,11 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
 MISSING = -1.0
 
 
+def finite(values) -> list:
+    """A JSON-safe list: NaN (missing) becomes ``None``, numbers are rounded to 4 digits."""
+    return [None if not np.isfinite(v) else round(float(v), 4) for v in np.ravel(values)]
+
+
 def unpack(data: dict) -> dict:
     """Figure data with the ``MISSING`` sentinel of float arrays replaced by NaN."""
     return {k: np.where(v == MISSING, np.nan, v) if np.asarray(v).dtype.kind == "f" else v

@@ -47,7 +47,7 @@ def summary(data: dict, cfg: dict) -> dict:
     pct, pct_all = _sec4.sink_percent(data), _sec4.sink_percent_all(data)
     return {name: {"sink_heads_percent_kept": None if np.isnan(pct[i]) else float(pct[i]),
                    "sink_heads_percent_all_runs": None if np.isnan(pct_all[i]) else float(pct_all[i]),
-                   "layer2_bos_share": data["bos_share"][i, :, -1].round(3).tolist(),
+                   "layer2_bos_share": _sec4.finite(data["bos_share"][i, :, -1]),
                    "runs_kept": int(_sec4.kept(data)[i].sum()), "runs": int(data["available"][i].sum())}
             for i, name in enumerate(cfg["variants"])}
 
