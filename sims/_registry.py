@@ -35,6 +35,12 @@ FIGURE_MODULES: dict[str, str] = {
     "scaling": "sims.scaling",
     "causal-mask": "sims.causal_mask",
     "it-animal": "sims.it_animal",
+    # beyond the paper (issue 4, item 2)
+    "long-horizon": "sims.long_horizon",
+    "gamma": "sims.gamma",
+    "bound": "sims.bound",
+    "gd-vs-flow": "sims.gd_vs_flow",
+    "sinks-rowwise": "sims.sinks_rowwise",
     # Sec. 4 transformer experiments (sims/transformer/, shared data in sims/_sec4.py)
     "sinks-induction": "sims.sinks_induction",
     "accuracy-induction": "sims.accuracy_induction",
