@@ -6,12 +6,13 @@ arrays indexed ``[variant, seed, …]`` (NaN / ``available = False`` where a run
 plots its own view. Runs are cached one file per ``(kernel, normalise, seed)``, so the first
 figure trains and the others load.
 
-Scale and cost (2 busy CPU cores): ``--quick`` trains 3 variants (softmax, sigmoid and linear
-without normalisation) of a ``d_model = 64`` model, one seed, in about 4 minutes in all. Paper
-scale trains the 11 variants of the 2-layer ``d_model = 128`` model on 100k sequences (a
-training step of batch 256 took 0.8–2.5 s on the shared cores, so one early-stopped run takes
-one to three hours and the grid a day); it trains only the runs that have no result file yet
-and resumes from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
+Scale and cost (2 CPU cores): ``--quick`` trains 3 variants (softmax, sigmoid and linear
+without normalisation) of the paper-size model on 25.6k sequences for at most 800 steps of
+batch 128, one seed: 1110 s for the five figures on cores shared with four other jobs (about
+5 minutes expected on idle cores). Paper scale trains the 11 variants on 100k sequences (a
+training step of batch 256 took 0.8–3.8 s on the shared cores; the softmax run early-stopped
+after 1649 steps, 64 minutes); it trains only the runs that have no result file yet and
+resumes from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
 (missing variants are labelled in the figures).
 """
 
@@ -150,7 +151,8 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
-                   available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0) -> None:
+                   available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0,
+                   legend_loc: str = "upper right") -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
@@ -188,7 +190,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
     from matplotlib.patches import Patch
 
     ax.legend([Patch(facecolor="0.5", edgecolor="k"), Patch(facecolor="0.8", hatch="///", edgecolor="k")],
-              ["normalised", "w/o normalisation"], loc="upper right", fontsize=6)
+              ["normalised", "w/o normalisation"], loc=legend_loc, fontsize=6)
 
 
 def scale_note(cfg: dict, data: dict) -> str:

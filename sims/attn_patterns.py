@@ -3,7 +3,8 @@
 Rows: softmax, sigmoid w/o norm, linear w/o norm (the variants present); columns: the four
 layer-2 heads; cells: the share ``|w_ij| / Σ_j |w_ij|`` of query ``i`` (row) on key ``j``
 (column) for the sequence ``[BOS, t_1 … t_10, q]``. A sink head is a bright first column;
-an induction head puts the last row on the token after the earlier ``q``.
+an induction head puts the last row a fixed offset after the earlier ``q`` (+1, or +2 when
+layer 1 has already copied each token's predecessor forward).
 """
 
 from __future__ import annotations
@@ -59,7 +60,10 @@ def summary(data: dict, cfg: dict) -> dict:
             m = data["example_maps"][i, 0, -1]
             tok = data["example_tokens"][i, 0]
             q_pos = int(np.flatnonzero(tok[1:-1] == tok[-1])[0]) + 1  # earlier copy of q
-            out[name] = {"last_row_share_on_token_after_q": m[:, -1, q_pos + 1].round(3).tolist(),
+            top = np.argmax(m[:, -1], axis=-1)
+            out[name] = {"earlier_q_position": q_pos,
+                         "last_row_top_key_offset_from_earlier_q": (top - q_pos).tolist(),
+                         "last_row_top_share": m[:, -1].max(-1).round(3).tolist(),
                          "bos_share_example": m[:, 1:-1, 0].mean(-1).round(3).tolist()}
         else:
             out[name] = None

@@ -19,7 +19,7 @@ def plot(data: dict, cfg: dict):
     fig, axes = style.figure(1, 1, height=2.5)
     ax = axes[0][0]
     rate = np.where(data["available"], data["flip_rate"], np.nan)
-    rate = np.nanmean(rate, axis=1) if data["available"].any() else np.full(len(cfg["variants"]), np.nan)
+    rate = np.array([np.mean(r[np.isfinite(r)]) if np.isfinite(r).any() else np.nan for r in rate])
     _sec4.bars_by_kernel(ax, rate, cfg, ylabel=f"flip rate ({cfg['run']['n_pairs']} pairs)", fmt="{:.3f}",
                          available=data["available"], top=0.05)
     ax.set_ylim(0, max(0.05, float(np.nanmax(rate)) * 1.25) if np.any(np.isfinite(rate)) else 1)
