@@ -16,7 +16,7 @@ from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, Squar
 from .maps import MAPS, apply_map  # noqa: E402
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model  # noqa: E402
 from ._simulate import SOLVERS, simulate, simulate_batch  # noqa: E402
-from .trajectory import STATUS, Trajectory  # noqa: E402
+from .trajectory import STATUS, Trajectory, winners  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -43,4 +43,5 @@ __all__ = [
     "maps",
     "simulate",
     "simulate_batch",
+    "winners",
 ]

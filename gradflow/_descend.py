@@ -10,9 +10,10 @@ import optax
 from jaxtyping import ArrayLike, Float
 
 from ._errors import bad_arg
+from .flow import gradient_field
 from .losses import AbstractLoss
 from .models import AbstractModel
-from ._simulate import _check_positive, _prepare
+from ._validate import check_positive, check_positive_int, check_time_resolution, prepare
 from .trajectory import Trajectory, compute_metrics
 
 __all__ = ["descend", "default_record"]
@@ -45,11 +46,9 @@ def _descend_jit(model, loss, V0, a0, lr, increments, optimizer):
     opt = optax.sgd(lr) if optimizer is None else optimizer
     params = (V0, a0)
     opt_state = opt.init(params)
-    loss_fn = lambda p: model.loss(loss, p[0], p[1])
-
     def one_step(carry):
         params, opt_state, Gamma, k, failed = carry
-        grads = jax.grad(loss_fn)(params)
+        grads = jax.tree.map(jnp.negative, gradient_field(model, loss, *params))  # ∇L, as the flow's field
         updates, new_state = opt.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
         new_Gamma = Gamma + lr * model.gamma(loss, *params)
@@ -109,11 +108,10 @@ def descend(
     **Raises:** :class:`gradflow.GradflowValueError` for bad arrays or names, ``lr ≤ 0``,
     ``steps < 1`` or a bad ``record``.
     """
-    mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    lr = _check_positive("lr", lr)
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise bad_arg("steps", steps, "an integer ≥ 1")
-    steps = int(steps)
+    mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
+    lr = check_positive("lr", lr)
+    steps = check_positive_int("steps", steps, "an integer ≥ 1")
+    check_time_resolution("steps", steps)
     if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
         raise bad_arg("optimizer", optimizer, "an optax.GradientTransformation or None")
     rec = _check_record(record, steps)

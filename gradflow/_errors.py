@@ -15,6 +15,13 @@ class GradflowValueError(ValueError):
 
 def describe(value) -> str:
     """A one-line description of ``value`` (arrays: shape, dtype and non-finite count)."""
+    if isinstance(value, list) and value:  # a list of numbers reads as an array (tuples are shapes)
+        try:
+            arr = np.asarray(value)
+        except (ValueError, TypeError):  # ragged
+            arr = None
+        if arr is not None and arr.dtype.kind in "biuf":
+            value = arr
     if hasattr(value, "shape") and hasattr(value, "dtype") and np.ndim(value) > 0:
         arr = np.asarray(value)
         text = f"array of shape {arr.shape}, dtype {arr.dtype}"
@@ -22,6 +29,9 @@ def describe(value) -> str:
             n_nan, n_inf = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
             if n_nan or n_inf:
                 text += f", with {n_nan} NaN and {n_inf} inf"
+                n_neg = int(np.isneginf(arr).sum())
+                if n_neg:
+                    text += f" ({n_neg} of them -inf)"
         if arr.size <= 6:
             text += " " + np.array2string(arr.ravel(), separator=", ", max_line_width=10_000)
         return text

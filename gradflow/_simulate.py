@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import diffrax
@@ -14,9 +13,10 @@ import optimistix as optx
 from jaxtyping import Array, ArrayLike, Float
 
 from ._errors import bad_arg
+from ._validate import check_positive, check_positive_int, check_times, prepare
 from .flow import flow_field, log_time_field, tau_of_t
-from .losses import AbstractLoss, LogisticTeacher, as_float_array
-from .models import AbstractModel, get_model
+from .losses import AbstractLoss, LogisticTeacher
+from .models import AbstractModel
 from .trajectory import Trajectory, compute_metrics, forward_fill
 
 __all__ = ["simulate", "simulate_batch", "SOLVERS", "default_ts", "resolve_solver"]
@@ -69,65 +69,6 @@ def default_ts(t1: float, num: int = 400) -> np.ndarray:
     return np.concatenate([[0.0], grid])
 
 
-def _check_positive(name: str, x) -> float:
-    if isinstance(x, bool):
-        raise bad_arg(name, x, "a positive finite number")
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        raise bad_arg(name, x, "a positive finite number") from None
-    if not math.isfinite(v) or v <= 0:
-        raise bad_arg(name, x, "a positive finite number")
-    return v
-
-
-def _check_times(t1, ts) -> tuple[float, np.ndarray]:
-    t1 = _check_positive("t1", t1)
-    if ts is None:
-        return t1, default_ts(t1)
-    try:
-        ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
-    except (TypeError, ValueError):
-        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]") from None
-    if ts_arr is None or ts_arr.size == 0:
-        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
-    if not np.all(np.isfinite(ts_arr)):
-        raise bad_arg("ts", ts, "finite flow times")
-    if np.any(ts_arr < 0) or np.any(ts_arr > t1):
-        raise bad_arg("ts", ts, f"flow times in [0, t1 = {t1:g}]")
-    if np.any(np.diff(ts_arr) <= 0):
-        raise bad_arg("ts", ts, "strictly increasing flow times")
-    return t1, ts_arr
-
-
-def _prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
-    if not isinstance(loss, AbstractLoss):
-        raise bad_arg("loss", loss, "a gradflow loss (LogisticTeacher, SquareLoss, SoftTargetCrossEntropy)")
-    mdl = get_model(model, normalization, temperature)
-    V0 = as_float_array("V0s" if batch else "V0", V0)
-    a0 = as_float_array("a0s" if batch else "a0", a0)
-    if batch:
-        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0] or V0.shape[0] == 0:
-            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
-        mdl.check_shapes(V0[0], a0[0], loss)
-    else:
-        mdl.check_shapes(V0, a0, loss)
-    if not bool(_weights_finite(mdl, V0, a0, batch)):
-        raise bad_arg(
-            "a0s" if batch else "a0",
-            np.asarray(a0),
-            f"logits where the {mdl.normalization!r} map is defined (its denominator is 0 here; "
-            "the smooth maps softmax, sigmoid, sigmoid-norm and elu-norm are defined everywhere)",
-        )
-    return mdl, V0, a0
-
-
-@eqx.filter_jit
-def _weights_finite(model, V, a, batch):
-    finite = lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_)))
-    return jnp.all(jax.vmap(finite)(V, a)) if batch else finite(V, a)
-
-
 def _where_leading(mask, new, old):
     """``jnp.where`` with ``mask`` over the leading axes of ``old``, broadcast over the rest."""
     return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - mask.ndim)), new, old)
@@ -151,11 +92,39 @@ moves by less than ``STEADY_FRACTION × (atol + rtol·|y|)`` per unit of log tim
 
 
 def _steady(tau, y, args, **kwargs):
-    """Event: the log-time field is negligible against the tolerances (see :data:`STEADY_FRACTION`)."""
+    """Event: the log-time field is negligible against the tolerances (see :data:`STEADY_FRACTION`),
+    or it is non-finite (see :func:`_nonfinite`)."""
     model, loss, rtol, atol = args
     f = log_time_field(tau, y, (model, loss))
     ratio = jax.tree.map(lambda fi, yi: jnp.max(jnp.abs(fi) / (atol + rtol * jnp.abs(yi))), f, y)
-    return jax.tree.reduce(jnp.maximum, ratio) < STEADY_FRACTION
+    return (jax.tree.reduce(jnp.maximum, ratio) < STEADY_FRACTION) | ~_all_finite(f)
+
+
+def _nonfinite(tau, y, args, **kwargs):
+    """Event: the field at the accepted state is non-finite (stop at once, keep this finite state)."""
+    return ~_all_finite(log_time_field(tau, y, args[:2]))
+
+
+def _all_finite(tree):
+    return jax.tree.reduce(jnp.logical_and, jax.tree.map(lambda x: jnp.all(jnp.isfinite(x)), tree))
+
+
+STALL_ULPS = 1024
+"""The solve stalls (status ``stalled``) when its log-time step ``dτ`` falls below
+``STALL_ULPS·eps·max(1, τ1)`` (≈ 6e-12 at ``t1 = 1e12``): a step that small moves the time by
+a few hundred ulps, i.e. the solver cannot make progress (a singularity, kink or blow-up ahead)."""
+
+
+def _nonfinite_ahead(model, loss, tau, y, dtmin):
+    """After a stall: does the field turn non-finite within a few ``dtmin`` of ``(tau, y)``?
+    (Explicit Euler probes at ``dtmin·4^k``, ``k = 0..5``; then the status is ``nonfinite``.)"""
+    f = log_time_field(tau, y, (model, loss))
+
+    def probe(h):
+        return _all_finite(log_time_field(tau + h, jax.tree.map(lambda yi, fi: yi + h * fi, y, f), (model, loss)))
+
+    hs = dtmin * 4.0 ** jnp.arange(6)
+    return ~(_all_finite(f) & jnp.all(jax.vmap(probe)(hs)))
 
 
 def _steady_field(tau, y, args):
@@ -170,11 +139,13 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
     it hold that state and count as reached (the flow has converged to within tolerance)."""
     steady = not isinstance(loss, LogisticTeacher)
     solver = _make_solver(solver_name, rtol, atol)
-    if solver_name == "kvaerno5":
-        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4)
-    else:
-        controller = diffrax.PIDController(rtol=rtol, atol=atol)
     tau1 = taus[-1]
+    dtmin = STALL_ULPS * jnp.finfo(tau1.dtype).eps * jnp.maximum(1.0, tau1)
+    stall = dict(dtmin=dtmin, force_dtmin=False)
+    if solver_name == "kvaerno5":
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
+    else:
+        controller = diffrax.PIDController(rtol=rtol, atol=atol, **stall)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_steady_field),
@@ -188,7 +159,7 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
-        event=diffrax.Event(_steady) if steady else None,
+        event=diffrax.Event(_steady if steady else _nonfinite),
     )
     (tau_s, tau_end) = sol.ts
     ys, y_end = sol.ys
@@ -197,7 +168,10 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
         jnp.logical_and,
         jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
     )
-    at_rest = sol.result == diffrax.RESULTS.event_occurred
+    code = _result_code(sol.result)
+    bad_end = _nonfinite_ahead(model, loss, tau_end[0], y_end, jnp.where(code == 2, dtmin, 0.0))
+    at_rest = (sol.result == diffrax.RESULTS.event_occurred) & ~bad_end
+    code = jnp.where(bad_end, 3, jnp.where(at_rest, 0, code))
     if steady:  # hold the steady state at the remaining save points
         later = at_rest & (taus >= tau0) & ~reached
         ys = jax.tree.map(lambda s, e: _where_leading(later, e[None], s), ys, y_end)
@@ -209,7 +183,7 @@ def _solve_raw(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps):
         tau_end=jnp.where(at_rest, tau1, tau_end[0]),
         tau_steady=jnp.where(at_rest, tau_end[0], jnp.inf),
         num_steps=sol.stats["num_steps"],
-        code=jnp.where(at_rest, 0, _result_code(sol.result)),
+        code=code,
     )
 
 
@@ -354,7 +328,7 @@ def simulate(
     >>> traj.status, bool(traj.s[-1].max() > 0.5)
     ('ok', True)
     """
-    mdl, V0, a0 = _prepare(loss, V0, a0, model, normalization, temperature, batch=False)
+    mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
     out = _run(mdl, loss, V0, a0, taus, t1, rtol, atol, name, max_steps)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
@@ -362,12 +336,12 @@ def simulate(
 
 def _check_solve(t1, ts, rtol, atol, max_steps, solver, loss):
     """Validate the solve settings shared by :func:`simulate` and :func:`simulate_batch`."""
-    t1, ts = _check_times(t1, ts)
-    rtol = _check_positive("rtol", rtol)
-    atol = _check_positive("atol", atol)
-    if float(_check_positive("max_steps", max_steps)) != int(max_steps):
-        raise bad_arg("max_steps", max_steps, "a positive integer")
-    max_steps = int(max_steps)
+    t1, ts = check_times(t1, ts)
+    if ts is None:
+        ts = default_ts(t1)
+    rtol = check_positive("rtol", rtol, upper=1.0)
+    atol = check_positive("atol", atol)
+    max_steps = check_positive_int("max_steps", max_steps)
     return t1, ts, _taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver, loss)
 
 
@@ -410,7 +384,7 @@ def simulate_batch(
         first = loss[0]
     else:
         first = loss
-    mdl, V0s, a0s = _prepare(first, V0s, a0s, model, normalization, temperature, batch=True)
+    mdl, V0s, a0s = prepare(first, V0s, a0s, model, normalization, temperature, batch=True)
     if loss_batched:
         if len(loss) != V0s.shape[0]:
             raise bad_arg("loss", f"{len(loss)} losses", f"one loss per lane (B = {V0s.shape[0]})")

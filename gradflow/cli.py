@@ -77,9 +77,32 @@ def _cmd_reproduce(args) -> int:
     return status if status else (0 if checks_ok else 1)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with gradflow's error format: one line on stderr, exit 2 (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
+
+
+def _count(name: str, minimum: int):
+    """An argparse ``type`` for an integer ``≥ minimum`` with gradflow's message wording."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < minimum:
+            raise argparse.ArgumentTypeError(f"got {text!r}; expected an integer ≥ {minimum}")
+        return value
+
+    parse.__name__ = name
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gradflow", description="Gradient-flow dynamics of softmax attention.")
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="gradflow", description="Gradient-flow dynamics of softmax attention.")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def figure_opts(sp, out=DEFAULT_OUT):
         sp.add_argument("--quick", action="store_true", help="shorter horizons/iterations (CI scale)")
@@ -96,8 +119,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("check", help="run the theorem checks (SPEC §4) with their negative controls")
     c.add_argument("ids", nargs="*", help="check ids (default: all)")
-    c.add_argument("--trials", type=int, default=16, help="random trials per check (default: 16)")
-    c.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    c.add_argument("--trials", type=_count("trials", 1), default=16, help="random trials per check (default: 16)")
+    c.add_argument("--seed", type=_count("seed", 0), default=0, help="base seed (default: 0)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
     c.set_defaults(func=_cmd_check)
 
@@ -123,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as err:  # e.g. an --out folder that cannot be created or written
         print(f"gradflow: error: {err.strerror or err}: {err.filename or ''}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # finished figures are kept; a rerun resumes from them
+        print("gradflow: interrupted (finished outputs are kept; rerun to resume)", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from . import maps as _maps
 from .losses import AbstractLoss
 from .models import AbstractModel
 
@@ -24,9 +25,32 @@ __all__ = ["gradient_field", "flow_field", "log_time_field", "t_of_tau", "tau_of
 
 
 def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
-    """``(dV/dt, da/dt) = −∇L(V, a)`` by autodiff. Shapes as ``V`` and ``a``."""
-    gV, ga = jax.grad(lambda V_, a_: model.loss(loss, V_, a_), argnums=(0, 1))(V, a)
-    return -gV, -ga
+    """``(dV/dt, da/dt) = −∇L(V, a)`` (paper Eqs. 2–4). Shapes and dtypes as ``V`` and ``a``.
+
+    Autodiff throughout, except that for the softmax map (models that do not override
+    ``weights``/``loss``) the softmax's own derivative is applied in the exact centred form :func:`gradflow.maps.softmax_vjp`: plain autodiff loses the top
+    logit's velocity (and ``Σ_i da_i/dt = 0``) once the logit gap exceeds ~37 in float64.
+    """
+    if not _plain_softmax(model):
+        gV, ga = jax.grad(lambda V_, a_: model.loss(loss, V_, a_), argnums=(0, 1))(V, a)
+        return -gV, -ga
+    z, logits_vjp = jax.vjp(model.logits, V, a)
+    s = _maps.softmax(z / model.temperature)
+    gV, gs = jax.grad(lambda V_, s_: model.loss_of_weights(loss, V_, s_), argnums=(0, 1))(V, s)
+    gz = (_maps.softmax_vjp(s, gs) / model.temperature).astype(z.dtype)
+    gV_logits, ga = logits_vjp(gz)
+    return -(gV + gV_logits).astype(V.dtype), -ga
+
+
+def _plain_softmax(model: AbstractModel) -> bool:
+    """Whether ``L = loss_of_weights(V, softmax(logits(V, a) / T))`` holds as the base class
+    defines it (a subclass that overrides ``weights`` or ``loss`` is differentiated as written)."""
+    cls = type(model)
+    return (
+        model.normalization == "softmax"
+        and cls.weights is AbstractModel.weights
+        and cls.loss is AbstractModel.loss
+    )
 
 
 def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:

@@ -23,36 +23,9 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from ._errors import bad_arg
+from ._validate import as_float_array, check_positive
 
 __all__ = ["AbstractLoss", "LogisticTeacher", "SquareLoss", "SoftTargetCrossEntropy", "as_float_array"]
-
-
-def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64) -> Array:
-    """Convert ``x`` to a finite floating JAX array, or raise a clear error.
-
-    Integer and boolean inputs are cast (results identical to passing floats).
-
-    **Raises:** :class:`gradflow.GradflowValueError` if ``x`` is not numeric, has the wrong
-    number of dimensions, or holds NaN/inf.
-    """
-    if isinstance(x, jax.core.Tracer):
-        arr = x
-    else:
-        try:
-            arr = np.asarray(x)
-        except Exception:  # pragma: no cover - exotic inputs
-            raise bad_arg(name, x, "a numeric array") from None
-        if arr.dtype == object or not (
-            np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)
-        ):
-            raise bad_arg(name, x, "a real numeric array")
-        if np.iscomplexobj(arr):
-            raise bad_arg(name, x, "a real (not complex) array")
-        if not np.all(np.isfinite(arr)):
-            raise bad_arg(name, x, "finite values (no NaN or inf)")
-    if ndim is not None and arr.ndim != ndim:
-        raise bad_arg(f"{name}.shape", tuple(arr.shape), f"an array with {ndim} dimension(s)")
-    return jnp.asarray(arr, dtype=dtype)
 
 
 class AbstractLoss(eqx.Module):
@@ -146,13 +119,7 @@ class SquareLoss(AbstractLoss):
     def __init__(self, target, design=None, scale: float = 0.5):
         self.target = as_float_array("target", target, ndim=1)
         self.design = None if design is None else as_float_array("design", design, ndim=2)
-        try:
-            scale = float(scale)
-        except (TypeError, ValueError):
-            raise bad_arg("scale", scale, "a positive float") from None
-        if not np.isfinite(scale) or scale <= 0:
-            raise bad_arg("scale", scale, "a positive finite float")
-        self.scale = scale
+        self.scale = check_positive("scale", scale)
         if self.design is None and not isinstance(self.target, jax.core.Tracer) and not bool(jnp.any(self.target != 0)):
             raise bad_arg("target", np.asarray(self.target), "a non-zero target (it is the teacher direction β* without a design)")
         if self.design is not None and self.design.shape[0] != self.target.shape[0]:

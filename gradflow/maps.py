@@ -26,7 +26,16 @@ from jaxtyping import Array, Float
 
 from ._errors import bad_arg
 
-__all__ = ["MAPS", "SMOOTH_MAPS", "NORMALISED_MAPS", "get_map", "apply_map", "softmax_entropy", "weights_entropy"]
+__all__ = [
+    "MAPS",
+    "SMOOTH_MAPS",
+    "NORMALISED_MAPS",
+    "get_map",
+    "apply_map",
+    "softmax_entropy",
+    "softmax_vjp",
+    "weights_entropy",
+]
 
 
 def _normalise(num: Float[Array, "... n"]) -> Float[Array, "... n"]:
@@ -40,6 +49,25 @@ def _normalise(num: Float[Array, "... n"]) -> Float[Array, "... n"]:
 def softmax(z: Float[Array, "... n"]) -> Float[Array, "... n"]:
     """Softmax over the last axis (max subtracted)."""
     return jax.nn.softmax(z, axis=-1)
+
+
+def softmax_vjp(s: Float[Array, "... n"], g: Float[Array, "... n"]) -> Float[Array, "... n"]:
+    """``J(s) g = s ⊙ (g − ⟨s, g⟩)`` over the last axis, in a centred form that stays exact when
+    ``1 − s_max`` rounds to ``0`` (SPEC §1, §9).
+
+    Autodiff of softmax computes ``s_m (g_m − ⟨s, g⟩)`` for the top weight ``s_m ≈ 1``: ``⟨s, g⟩``
+    rounds to ``g_m`` once the other weights fall below the float epsilon (logit gaps ≳ 37 in
+    float64), and the top component comes out ``0`` or of the wrong sign, so ``Σ J g ≠ 0``.
+    Here ``g`` is first centred at the top index ``m``: ``c = (g − g_m) − ⟨s, g − g_m⟩``, whose
+    ``m``-th entry ``−Σ_{j≠m} s_j (g_j − g_m)`` has no cancellation. Entries with equal ``s`` and
+    ``g`` get bitwise-equal results (ties stay exactly tied).
+
+    **Arguments:** ``s`` softmax weights and ``g`` a cotangent, same shape ``(..., n)``.
+    **Returns:** ``J(s) g``, shape and dtype of ``s``.
+    """
+    m = jnp.argmax(s, axis=-1, keepdims=True)
+    gc = g - jnp.take_along_axis(g, m, axis=-1)
+    return s * (gc - jnp.sum(s * gc, axis=-1, keepdims=True))
 
 
 def l1(z):
@@ -142,8 +170,15 @@ def apply_map(
     softmax the usual temperature, for other maps a rescaling of the logits).
 
     **Returns:** the weights, same shape and dtype as ``a``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for an unknown name or a concrete
+    ``temperature`` that is not positive and finite.
     """
-    return get_map(normalization)(a / temperature)
+    fn = get_map(normalization)
+    if not isinstance(temperature, jax.core.Tracer) and jnp.ndim(temperature) == 0:
+        if isinstance(temperature, bool) or not (float(temperature) > 0 and jnp.isfinite(float(temperature))):
+            raise bad_arg("temperature", temperature, "a positive finite number")
+    return fn(a / temperature)
 
 
 def softmax_entropy(a: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:

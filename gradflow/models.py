@@ -21,6 +21,7 @@ from jaxtyping import Array, Float
 
 from . import maps as _maps
 from ._errors import bad_arg
+from ._validate import check_positive
 from .losses import AbstractLoss
 
 __all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_model"]
@@ -67,7 +68,12 @@ class AbstractModel(eqx.Module):
 
     def loss(self, loss: AbstractLoss, V: Array, a: Array) -> Float[Array, ""]:
         """``L(V, a) = ℓ(β)`` (mean over rows for row-wise outputs)."""
-        beta = self.beta(V, a)
+        return self.loss_of_weights(loss, V, self.weights(V, a))
+
+    def loss_of_weights(self, loss: AbstractLoss, V: Array, s: Array) -> Float[Array, ""]:
+        """``ℓ(output(V, s))`` as a function of the value block and the weights ``s`` (mean over
+        rows for row-wise outputs); :func:`gradflow.gradient_field` differentiates it in ``s``."""
+        beta = self.output(V, s)
         if beta.ndim == 1:
             return loss(beta)
         return jnp.mean(jax.vmap(loss)(beta))
@@ -171,8 +177,5 @@ def get_model(model, normalization: str = "softmax", temperature=1.0) -> Abstrac
     except (KeyError, TypeError):
         raise bad_arg("model", model, f"one of {sorted(MODELS)}") from None
     _maps.get_map(normalization)
-    try:
-        temperature = float(temperature)
-    except (TypeError, ValueError):
-        raise bad_arg("temperature", temperature, "a positive finite float") from None
+    temperature = check_positive("temperature", temperature)
     return cls(normalization=normalization, temperature=temperature)

@@ -13,15 +13,20 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from ._errors import bad_arg
 from .losses import AbstractLoss
 from .models import AbstractModel
 
-__all__ = ["Trajectory", "STATUS", "compute_metrics", "atomic_write"]
+__all__ = ["Trajectory", "STATUS", "compute_metrics", "atomic_write", "remove_stale_temporaries", "winners"]
 
 STATUS = ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
-"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` the
-step size collapsed (``dt_min``); ``3`` the state or field turned non-finite (for GD: the
-iterate diverged); ``4`` another solver failure (e.g. the implicit solver's Newton iteration)."""
+"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` stalled:
+the log-time step collapsed below ``STALL_ULPS·eps·max(1, τ1)`` (≈ 6e-12 at ``t1 = 1e12``) with a
+finite field around — a blow-up, kink or singularity ahead; ``3`` non-finite: the field at the
+reached state, or within a few minimal steps ahead of a stall, is NaN/inf (the solve stops at
+once; for GD: the iterate diverged); ``4`` another solver failure (e.g. the implicit solver's
+Newton iteration). In every case ``t_end`` is where the run stopped, the state there is finite,
+and later save points hold it with ``valid = False``."""
 
 
 class Trajectory(eqx.Module):
@@ -113,12 +118,15 @@ class Trajectory(eqx.Module):
 def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
 
-    A crash leaves either the old file or the new one, never a partial file.
+    A crash leaves either the old file or the new one, never a partial file under ``path``. The
+    temporary file is named ``.NAME.tmp-XXXX`` (``NAME`` the target's file name) and removed on
+    any exception; only a hard kill (SIGKILL, power loss) can leave one behind, which
+    :func:`remove_stale_temporaries` clears.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.splitext(path)[1])
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.tmp-", suffix=os.path.splitext(path)[1])
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
@@ -132,6 +140,43 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def remove_stale_temporaries(directory: str | os.PathLike, stem: str) -> list[str]:
+    """Delete temporary files :func:`atomic_write` left in ``directory`` for targets whose file
+    name starts with ``stem`` (after a hard kill); returns the names removed."""
+    removed = []
+    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
+        if name.startswith(f".{stem}") and ".tmp-" in name:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+    return removed
+
+
+def winners(weights, rtol: float = 1e-12) -> np.ndarray:
+    """The set of maximisers of ``weights`` over the last axis, as a boolean mask.
+
+    Entry ``i`` is a winner when ``weights_i ≥ max − rtol·|max|``: exactly tied tokens (e.g.
+    equal logits with identical value columns, which the flow keeps tied) are all reported,
+    instead of the first index an ``argmax`` would pick.
+
+    **Arguments:** ``weights`` any real array ``(..., n)`` (weights ``s``, logits or ``u``),
+    finite; ``rtol ≥ 0`` (default ``1e-12``).
+    **Returns:** a NumPy ``bool`` array of the same shape; every row has at least one winner.
+    **Raises:** :class:`gradflow.GradflowValueError` for non-finite or empty input or ``rtol < 0``.
+
+    >>> winners([0.4, 0.2, 0.4]).tolist()
+    [True, False, True]
+    """
+    from ._validate import as_float_array
+
+    w = np.asarray(as_float_array("weights", weights))
+    if w.ndim == 0:
+        raise bad_arg("weights", weights, "an array with a last axis of tokens")
+    if isinstance(rtol, bool) or not (isinstance(rtol, (int, float, np.floating)) and np.isfinite(rtol) and rtol >= 0):
+        raise bad_arg("rtol", rtol, "a finite number ≥ 0")
+    top = w.max(axis=-1, keepdims=True)
+    return w >= top - rtol * np.abs(top)
 
 
 def compute_metrics(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> dict[str, Array]:

@@ -18,13 +18,14 @@ import platform
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 import numpy as np
 
-from gradflow.trajectory import atomic_write
+from gradflow.trajectory import atomic_write, remove_stale_temporaries
 
 __all__ = ["Figure", "FIGURE_MODULES", "figure_ids", "get_figure", "build", "provenance"]
 
@@ -120,26 +121,36 @@ def config_hash(fig: Figure, config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _save_npz(path: str, data: dict[str, np.ndarray]) -> None:
+HASH_KEY = "_config_hash"
+"""Key of the config hash stored inside ``ID.npz``: the data file alone says which config made it,
+so a build killed after its data was written resumes by re-plotting (no recomputation)."""
+
+
+def _save_npz(path: str, data: dict[str, np.ndarray], digest: str) -> None:
     for key, val in data.items():
         arr = np.asarray(val)
         if np.issubdtype(arr.dtype, np.floating) and not np.all(np.isfinite(arr)):
             raise RuntimeError(f"figure data {key!r} has non-finite values; refusing to write {path}")
-    atomic_write(path, lambda f: np.savez(f, **{k: np.asarray(v) for k, v in data.items()}))
+    arrays = {k: np.asarray(v) for k, v in data.items()}
+    arrays[HASH_KEY] = np.asarray(digest)
+    atomic_write(path, lambda f: np.savez(f, **arrays))
 
 
 def _load_cached(fig: Figure, config: dict, out_dir: str) -> dict | None:
+    """The cached data if ``ID.npz`` was made from ``config`` (its own stored hash, or for older
+    files the hash in ``ID.json``), else ``None`` (missing, stale or unreadable files)."""
     npz, meta = (os.path.join(out_dir, f"{fig.id}.{ext}") for ext in ("npz", "json"))
-    if not (os.path.exists(npz) and os.path.exists(meta)):
+    if not os.path.exists(npz):
         return None
     try:
-        with open(meta) as f:
-            info = json.load(f)
-        if info.get("config_hash") != config_hash(fig, config):
-            return None
         with np.load(npz, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except (OSError, ValueError, json.JSONDecodeError):
+            data = {k: z[k] for k in z.files}
+        stored = data.pop(HASH_KEY, None)
+        if stored is None:
+            with open(meta) as f:
+                stored = json.load(f).get("config_hash")
+        return data if str(stored) == config_hash(fig, config) else None
+    except (OSError, ValueError, EOFError, json.JSONDecodeError, zipfile.BadZipFile):
         return None
 
 
@@ -153,12 +164,13 @@ def build(fig_id: str, out_dir: str, *, quick: bool = False, force: bool = False
     fig = get_figure(fig_id)
     config = fig.config(quick)
     os.makedirs(out_dir, exist_ok=True)
+    remove_stale_temporaries(out_dir, f"{fig.id}.")  # left by a build killed mid-write
     start = time.perf_counter()
     data = None if force else _load_cached(fig, config, out_dir)
     cached = data is not None
     if data is None:
         data = {k: np.asarray(v) for k, v in fig.compute(config, progress=progress).items()}
-        _save_npz(os.path.join(out_dir, f"{fig.id}.npz"), data)
+        _save_npz(os.path.join(out_dir, f"{fig.id}.npz"), data, config_hash(fig, config))
     compute_s = time.perf_counter() - start
     mpl_fig = fig.plot(data, config)
     for ext in ("png", "pdf"):

@@ -24,6 +24,8 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+import gradflow
+
 from . import style
 from ._common import phases
 from ._registry import Figure
@@ -166,7 +168,7 @@ def summary(data: dict, cfg: dict) -> dict:
         out[m] = {
             "animal_weight": float(row[ANIMAL_INDEX]),
             "animal_rank": _rank(row, ANIMAL_INDEX),
-            "top_word": SENTENCE[int(np.argmax(row))],
+            "top_word": " / ".join(SENTENCE[i] for i in np.flatnonzero(gradflow.winners(row))),
             "it_self_weight": float(row[SENTENCE.index("it")]),
             "draws": int(len(w)),
             "animal_weight_mean": float(w.mean()),

@@ -134,9 +134,10 @@ SINK_MAJORITY = 0.5
 def sink_verdict(traj: gradflow.Trajectory) -> Verdict:
     """The sink claim on given row-wise trajectories (``a`` of shape ``(T, T)``, ``u`` recorded).
 
-    Per trial the margin is ``min_t s_t[j*](t1) − ½`` with ``j* = argmax u(0)``: every row ends
-    with a majority of its attention on the top-``u(0)`` token. ``details``: whether all rows
-    share one final argmax (``common_token``) and whether it is ``argmax u(0)``.
+    Per trial the margin is ``min_t s_t[j*](t1) − ½`` with ``j*`` the maximiser of ``u(0)`` (the
+    best one if several tie): every row ends with a majority of its attention on the top-``u(0)``
+    token. ``details``: whether some token is a maximiser (:func:`gradflow.winners`) of every
+    row's final weights (``common_token``) and whether such a token maximises ``u(0)``.
     """
     s = np.asarray(traj.s)
     u = np.asarray(traj.u)
@@ -144,12 +145,12 @@ def sink_verdict(traj: gradflow.Trajectory) -> Verdict:
         s, u = s[None], u[None]
     margins, common, at_top = [], [], []
     for k in range(s.shape[0]):
-        top = int(np.argmax(u[k, 0]))
+        tops = np.flatnonzero(gradflow.winners(u[k, 0]))  # the maximisers of u(0) (ties: all of them)
         final = s[k, -1]
-        margins.append(float(np.min(final[:, top]) - SINK_MAJORITY))
-        arg = np.argmax(final, axis=1)
-        common.append(bool(np.all(arg == arg[0])))
-        at_top.append(bool(np.all(arg == top)))
+        margins.append(float(np.max(np.min(final[:, tops], axis=0)) - SINK_MAJORITY))
+        shared = np.all(gradflow.winners(final), axis=0)  # tokens that win in every row
+        common.append(bool(np.any(shared)))
+        at_top.append(bool(np.any(shared[tops])))
     oks = list(np.atleast_1d(np.asarray(traj.status_code) == 0))
     return combine(margins, dict(common_token=common, at_argmax_u0=at_top), oks)
 

@@ -1,0 +1,193 @@
+"""Argument validation shared by every public entry point (``simulate``, ``simulate_batch``,
+``descend``, the losses, maps, models and the CLI).
+
+Each check raises :class:`gradflow.GradflowValueError` (a ``ValueError``) built by
+:func:`gradflow._errors.bad_arg`: one line naming the argument, the value received and what is
+accepted. Checks run once, on concrete (non-traced) values, before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import math
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array
+
+from ._errors import bad_arg
+
+__all__ = [
+    "as_float_array",
+    "check_positive",
+    "check_positive_int",
+    "check_times",
+    "check_time_resolution",
+    "prepare",
+    "working_dtype",
+]
+
+LOGITS_HINT = (
+    "finite logits (no NaN or inf; a weight of exactly 0 has no finite logit — "
+    "pass a large negative finite logit, not log(0))"
+)
+"""What the logit arguments accept; names the usual mistake (``log`` of probabilities with zeros)."""
+
+
+def working_dtype():
+    """The float dtype gradflow computes in: ``float64``, or ``float32`` if the user switched
+    JAX's x64 mode off after importing gradflow."""
+    return jnp.result_type(float)
+
+
+def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, accepted: str | None = None) -> Array:
+    """Convert ``x`` to a finite floating JAX array, or raise a clear error.
+
+    Integer, boolean and float32 inputs are cast to ``dtype`` (default float64), so their results
+    are identical to passing the same values as float64. ``accepted`` overrides the
+    "finite values" wording of the non-finite error (e.g. :data:`LOGITS_HINT`).
+
+    **Raises:** :class:`gradflow.GradflowValueError` if ``x`` is not a real numeric array, has
+    the wrong number of dimensions, or holds NaN/inf.
+    """
+    if isinstance(x, jax.core.Tracer):
+        arr = x
+    else:
+        if isinstance(x, (str, bytes)):
+            raise bad_arg(name, x, "a real numeric array")
+        try:
+            arr = np.asarray(x)
+        except Exception:  # ragged nested lists and other exotic inputs
+            raise bad_arg(name, x, "a real numeric array (ragged or non-numeric input)") from None
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.bool_)):
+            raise bad_arg(name, x, "a real numeric array")
+        if np.iscomplexobj(arr):
+            raise bad_arg(name, x, "a real (not complex) array")
+        if arr.size == 0:
+            raise bad_arg(name, x, "a non-empty array")
+        if not np.all(np.isfinite(arr)):
+            raise bad_arg(name, x, accepted or "finite values (no NaN or inf)")
+    if ndim is not None and arr.ndim != ndim:
+        raise bad_arg(f"{name}.shape", tuple(arr.shape), f"an array with {ndim} dimension(s)")
+    return jnp.asarray(arr, dtype=dtype)
+
+
+def check_positive(name: str, x, upper: float | None = None) -> float:
+    """``x`` as a Python float, ``0 < x < ∞`` (and ``x < upper`` if given); booleans refused."""
+    accepted = "a positive finite number" if upper is None else f"a number in (0, {upper:g})"
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise bad_arg(name, x, accepted)
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        raise bad_arg(name, x, accepted) from None
+    if not math.isfinite(v) or v <= 0 or (upper is not None and v >= upper):
+        raise bad_arg(name, x, accepted)
+    return v
+
+
+def check_positive_int(name: str, x, what: str = "a positive integer") -> int:
+    """``x`` as a Python int ``≥ 1``; integral floats (``1e4``) accepted, booleans refused."""
+    if isinstance(x, (bool, np.bool_, str, bytes)):
+        raise bad_arg(name, x, what)
+    try:
+        v = float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise bad_arg(name, x, what) from None
+    if not math.isfinite(v) or v < 1 or v != int(v):
+        raise bad_arg(name, x, what)
+    return int(v)
+
+
+def check_times(t1, ts) -> tuple[float, np.ndarray | None]:
+    """Validate the horizon ``t1`` and the save times ``ts`` (``None`` stays ``None``).
+
+    Accepted: ``0 < t1 < ∞``; ``ts`` a non-empty 1-D array of finite, strictly increasing flow
+    times in ``[0, t1]``. Also refuses a horizon the working precision cannot resolve
+    (:func:`check_time_resolution`).
+    """
+    t1 = check_positive("t1", t1)
+    check_time_resolution("t1", t1)
+    if ts is None:
+        return t1, None
+    if isinstance(ts, (str, bytes)):
+        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
+    try:
+        ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
+    except (TypeError, ValueError):
+        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]") from None
+    if ts_arr is None or ts_arr.size == 0:
+        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
+    if not np.all(np.isfinite(ts_arr)):
+        raise bad_arg("ts", ts, "finite flow times")
+    if np.any(ts_arr < 0) or np.any(ts_arr > t1):
+        raise bad_arg("ts", ts, f"flow times in [0, t1 = {t1:g}]")
+    if np.any(np.diff(ts_arr) <= 0):
+        raise bad_arg("ts", ts, "strictly increasing flow times")
+    return t1, ts_arr
+
+
+FLOAT32_MAX_HORIZON = 2.0**23
+"""Largest flow time (or GD iteration count) accepted when gradflow computes in float32: beyond
+``2²³ ≈ 8.4e6`` float32 cannot resolve a unit step (``t + 1 == t`` for ``t ≥ 2²⁴``) and loses
+the iteration count (SPEC §9)."""
+
+
+def check_time_resolution(name: str, horizon: float, dtype=None) -> None:
+    """Refuse a horizon (flow time ``t1`` or GD ``steps``) the float ``dtype`` cannot resolve.
+
+    ``dtype`` defaults to :func:`working_dtype`. In float64 every finite horizon is accepted
+    (the flow runs in log time ``τ = log(1 + t)``; ``t1 = 1e30`` is fine). In float32 the limit is
+    :data:`FLOAT32_MAX_HORIZON`, and the message says how to switch float64 back on.
+    """
+    dtype = working_dtype() if dtype is None else jnp.dtype(dtype)
+    if jnp.finfo(dtype).bits < 64 and horizon > FLOAT32_MAX_HORIZON:
+        raise bad_arg(
+            name,
+            horizon,
+            f"at most {FLOAT32_MAX_HORIZON:.3g} in {jnp.dtype(dtype).name}, whose time cannot resolve a unit "
+            'step beyond it; enable float64 with jax.config.update("jax_enable_x64", True)',
+        )
+
+
+def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
+    """Validate ``loss``, the model settings and the initial arrays of one run (or a batch).
+
+    Returns ``(model, V0, a0)`` with the arrays as float64 JAX arrays.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a gradflow loss,
+    unknown model/normalisation names, a bad temperature, non-numeric or non-finite arrays,
+    shapes that do not fit the model and loss, and initial logits where the map is undefined.
+    """
+    from .losses import AbstractLoss
+    from .models import get_model
+
+    if not isinstance(loss, AbstractLoss):
+        raise bad_arg("loss", loss, "a gradflow loss (LogisticTeacher, SquareLoss, SoftTargetCrossEntropy)")
+    mdl = get_model(model, normalization, temperature)
+    v_name, a_name = ("V0s", "a0s") if batch else ("V0", "a0")
+    V0 = as_float_array(v_name, V0)
+    a0 = as_float_array(a_name, a0, accepted=LOGITS_HINT)
+    if batch:
+        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0]:
+            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
+        if V0.ndim != 3:
+            raise bad_arg("V0s.shape", tuple(V0.shape), "(B, d, n): one (d, n) value block per lane")
+        mdl.check_shapes(V0[0], a0[0], loss)
+    else:
+        mdl.check_shapes(V0, a0, loss)
+    if not bool(_weights_finite(mdl, V0, a0, batch)):
+        raise bad_arg(
+            a_name,
+            np.asarray(a0),
+            f"logits where the {mdl.normalization!r} map is defined (its denominator is 0 here; "
+            "the smooth maps softmax, sigmoid, sigmoid-norm and elu-norm are defined everywhere)",
+        )
+    return mdl, V0, a0
+
+
+@eqx.filter_jit
+def _weights_finite(model, V, a, batch):
+    finite = lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_)))
+    return jnp.all(jax.vmap(finite)(V, a)) if batch else finite(V, a)

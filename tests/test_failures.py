@@ -1,0 +1,98 @@
+"""Structured failures (issue 6, item 2): a run that turns non-finite, stalls or runs out of steps
+ends with its status, the time it happened and the last finite state; nothing non-finite reaches
+the metrics. A failing lane of a batch leaves the other lanes untouched."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+import gradflow
+from tests import reference as ref
+from tests.test_simulate import fig2_problem
+
+METRICS = ("V", "a", "s", "loss", "Gamma", "entropy", "u")
+
+
+class CliffTeacher(gradflow.LogisticTeacher):
+    """The logistic teacher, but undefined (NaN) once the margin ⟨β*, β⟩ reaches ``limit``:
+    a field that turns non-finite mid-run, like a normalisation map at its singularity."""
+
+    limit: jax.Array = 1.0
+
+    def __init__(self, beta_star, limit=1.0):
+        super().__init__(beta_star)
+        self.limit = jnp.asarray(limit, jnp.float64)
+
+    def __call__(self, beta):
+        m = jnp.dot(self.beta_star, beta)
+        return jnp.where(m < self.limit, jnp.logaddexp(0.0, -m), jnp.nan)
+
+    def gamma(self, beta):
+        m = jnp.dot(self.beta_star, beta)
+        return jnp.where(m < self.limit, jax.nn.sigmoid(-m), jnp.nan)
+
+
+class BlowUp(gradflow.LogisticTeacher):
+    """ℓ = −|⟨β*, β⟩|³: the margin obeys m' ∝ m², a finite-time blow-up."""
+
+    def __call__(self, beta):
+        return -jnp.abs(jnp.dot(self.beta_star, beta)) ** 3
+
+
+def _margin_hits(V0, a0, bs, level):
+    """Flow time at which ⟨β*, β⟩ first reaches ``level``: SciPy event on the NumPy reference field."""
+    d, n = V0.shape
+    rhs = lambda t, y: np.concatenate([x.ravel() for x in ref.field(y[: d * n].reshape(d, n), y[d * n:], ref.logistic_residual(bs))[:2]])
+    hit = lambda t, y: bs @ (y[: d * n].reshape(d, n) @ ref.softmax(y[d * n:])) - level
+    hit.terminal = True
+    sol = solve_ivp(rhs, (0, 1e3), np.concatenate([V0.ravel(), a0]), events=hit, rtol=1e-12, atol=1e-14, method="DOP853")
+    return float(sol.t_events[0][0])
+
+
+def _assert_finite(traj):
+    for name in METRICS:
+        assert np.all(np.isfinite(np.asarray(getattr(traj, name)))), name
+
+
+def test_field_turning_nonfinite_stops_at_once_with_last_finite_state():
+    V0, a0, bs = fig2_problem()
+    traj = gradflow.simulate(CliffTeacher(bs), V0, a0, t1=1e6)
+    assert traj.status == "nonfinite"
+    assert int(traj.num_steps) < 500  # was the whole budget (16384 steps) before the event
+    t_hit = _margin_hits(V0, a0, bs, 1.0)
+    assert float(traj.t_end) == pytest.approx(t_hit, rel=1e-6)
+    valid = np.asarray(traj.valid)
+    assert valid[0] and not valid[-1] and np.all(np.asarray(traj.t)[valid] <= float(traj.t_end))
+    _assert_finite(traj)
+    margin = np.einsum("d,tdn,tn->t", bs, np.asarray(traj.V), np.asarray(traj.s))
+    assert np.all(margin < 1.0)
+
+
+def test_one_failing_lane_leaves_the_others_untouched():
+    V0, a0, bs = fig2_problem()
+    rng = np.random.RandomState(1)
+    V0s = np.stack([V0, 0.1 * rng.randn(8, 8), 0.1 * rng.randn(8, 8)])
+    losses = [CliffTeacher(bs, 1.0), CliffTeacher(bs, 1e300), CliffTeacher(bs, 1e300)]
+    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e6, 30)])
+    out = gradflow.simulate_batch(losses, V0s, np.zeros((3, 8)), t1=1e6, ts=ts)
+    assert out.status == ["nonfinite", "ok", "ok"]
+    _assert_finite(out)
+    assert float(out.t_end[0]) == pytest.approx(_margin_hits(V0, a0, bs, 1.0), rel=1e-6)
+    for i in (1, 2):  # the healthy lanes: the logistic flow, as a single run of the plain teacher gives it
+        single = gradflow.simulate(gradflow.LogisticTeacher(bs), V0s[i], np.zeros(8), t1=1e6, ts=ts)
+        np.testing.assert_allclose(out[i].s, single.s, rtol=1e-8, atol=1e-14)
+        assert float(out.t_end[i]) == 1e6 and bool(np.all(np.asarray(out[i].valid)))
+
+
+def test_blow_up_is_reported_as_stalled_with_the_time():
+    V0, a0, bs = fig2_problem()
+    bs = np.abs(bs)  # positive initial margin: m grows and blows up
+    V0 = np.abs(V0)
+    traj = gradflow.simulate(BlowUp(bs), V0, a0, t1=1e6)
+    assert traj.status in ("stalled", "nonfinite")
+    assert int(traj.num_steps) < 2000 and 0 < float(traj.t_end) < 1e6
+    _assert_finite(traj)
+    # negative control: the plain logistic teacher from the same start finishes
+    assert gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=1e6).status == "ok"

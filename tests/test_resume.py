@@ -1,0 +1,99 @@
+"""Nothing lost (issue 6, item 4): `gradflow figures` killed midway and rerun resumes from what
+finished — the finished figure is not recomputed — and leaves no partial or temporary file."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+BLOCKER = '''
+import os, time
+import numpy as np
+from gradflow.trajectory import atomic_write
+from sims._registry import Figure
+
+def compute(cfg, progress=False):
+    if os.environ.get("BLOCK_FIGURE"):
+        def hang(f):  # killed while writing: half a file, then wait for the kill
+            f.write(b"PK partial")
+            open(os.environ["BLOCK_FIGURE"], "w").close()
+            time.sleep(600)
+        atomic_write(os.path.join(cfg["out"], "blocker.npz"), hang)
+    return {"x": np.arange(3.0)}
+
+def plot(data, cfg):
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    ax.plot(data["x"])
+    return fig
+
+FIGURE = Figure(id="blocker", title="test figure that hangs mid-write", config=lambda quick: {"out": os.environ["OUT"]},
+                compute=compute, plot=plot)
+'''
+
+DRIVER = '''
+import sys
+sys.path.insert(0, sys.argv[1])
+from sims import _registry
+_registry.FIGURE_MODULES["blocker"] = "blocker_fig"
+from gradflow import cli
+sys.exit(cli.main(["figures", "softmax-temperature", "blocker", "--quick", "--no-progress", "--out", sys.argv[2]]))
+'''
+
+
+def _start(tmp_path, out, block):
+    env = dict(os.environ, OUT=str(out), PYTHONWARNINGS="ignore")
+    if block:
+        env["BLOCK_FIGURE"] = str(tmp_path / "blocking")
+    return subprocess.Popen([sys.executable, "-c", DRIVER, str(tmp_path), str(out)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_killed_figures_run_resumes_without_recomputing(tmp_path):
+    (tmp_path / "blocker_fig.py").write_text(textwrap.dedent(BLOCKER))
+    out = tmp_path / "out"
+    proc = _start(tmp_path, out, block=True)
+    deadline = time.time() + 240
+    while not (tmp_path / "blocking").exists():  # the first figure is done, the second is mid-write
+        assert proc.poll() is None and time.time() < deadline, proc.communicate()
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    names = set(os.listdir(out))
+    assert {f"softmax-temperature.{e}" for e in ("png", "pdf", "npz", "json")} <= names
+    assert "blocker.npz" not in names  # never a partial file under the real name
+    assert any(n.startswith(".blocker.npz.tmp-") for n in names)  # only the hard kill's temporary
+    done = out / "softmax-temperature.npz"
+    stamp = (done.stat().st_mtime_ns, json.loads((out / "softmax-temperature.json").read_text())["compute_seconds"])
+
+    proc = _start(tmp_path, out, block=False)
+    stdout, stderr = proc.communicate(timeout=240)
+    assert proc.returncode == 0, stderr
+    assert "softmax-temperature: re-plotted from cache" in stdout and "blocker: computed" in stdout
+    record = json.loads((out / "softmax-temperature.json").read_text())
+    assert record["cached"] and (done.stat().st_mtime_ns, record["compute_seconds"]) == stamp
+    assert not [n for n in os.listdir(out) if ".tmp-" in n]  # the stale temporary is gone
+    import numpy as np
+
+    with np.load(out / "blocker.npz") as z:  # a complete, readable file
+        np.testing.assert_array_equal(z["x"], np.arange(3.0))
+
+
+def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
+    from gradflow.trajectory import atomic_write
+
+    path = tmp_path / "data.json"
+    atomic_write(path, lambda f: f.write(b"old"))
+
+    def broken(f):
+        f.write(b"half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(path, broken)
+    assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["data.json"]
