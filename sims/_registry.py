@@ -49,6 +49,12 @@ FIGURE_MODULES: dict[str, str] = {
     "norm-logistic": "sims.norm_logistic",
     "massive": "sims.massive",
     "kl": "sims.kl",
+    # Sec. 4 transformer experiments (sims/transformer/, shared data in sims/_sec4.py)
+    "sinks-induction": "sims.sinks_induction",
+    "accuracy-induction": "sims.accuracy_induction",
+    "flip-rate": "sims.flip_rate",
+    "sparsity-heads": "sims.sparsity_heads",
+    "attn-patterns": "sims.attn_patterns",
 }
 
 
@@ -61,6 +67,8 @@ class Figure:
     - ``plot(data, config) -> matplotlib Figure``.
     - ``summary(data, config) -> dict``: measured numbers for the JSON / gallery (optional).
     - ``extras(data, config, out_dir) -> list[str]``: extra files written (optional).
+    - ``long_paper_scale``: the paper-scale compute takes hours (trains models), so
+      ``gradflow reproduce`` builds this id in quick mode unless ``--paper-scale`` is given.
     """
 
     id: str
@@ -71,6 +79,7 @@ class Figure:
     summary: Callable[[dict, dict], dict] | None = None
     extras: Callable[[dict, dict, str], list[str]] | None = None
     version: int = 1
+    long_paper_scale: bool = False
 
 
 def figure_ids() -> list[str]:

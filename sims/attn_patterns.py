@@ -1,0 +1,81 @@
+"""Learned layer-2 attention maps for softmax, sigmoid and linear on one induction sequence.
+
+Rows: softmax, sigmoid w/o norm, linear w/o norm (the variants present); columns: the four
+layer-2 heads; cells: the share ``|w_ij| / Σ_j |w_ij|`` of query ``i`` (row) on key ``j``
+(column) for the sequence ``[BOS, t_1 … t_10, q]``. A sink head is a bright first column;
+an induction head puts the last row a fixed offset after the earlier ``q`` (+1, or +2 when
+layer 1 has already copied each token's predecessor forward).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _sec4, style
+from ._registry import Figure
+
+SHOWN = ("softmax-norm", "sigmoid-raw", "linear-raw")
+
+
+def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
+    names = cfg["variants"]
+    H = cfg["run"]["n_heads"]
+    fig, axes = style.figure(len(SHOWN), H, height=1.9 * len(SHOWN))
+    for r, name in enumerate(SHOWN):
+        i = names.index(name) if name in names else None
+        have = i is not None and data["available"][i, 0]
+        for h in range(H):
+            ax = axes[r][h]
+            ax.grid(False)
+            if not have:
+                ax.text(0.5, 0.5, f"{_sec4.variant_label(name)}: not run", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=7, color="0.35")
+                ax.set_xticks([])
+                ax.set_yticks([])
+                continue
+            m = data["example_maps"][i, 0, -1, h]
+            tok = data["example_tokens"][i, 0]
+            labels = ["BOS"] + [str(t) for t in tok[1:]]
+            ax.imshow(m, vmin=0, vmax=1, cmap="magma")
+            ax.set_xticks(range(len(labels)), labels, fontsize=4.5, rotation=90)
+            ax.set_yticks(range(len(labels)), labels, fontsize=4.5)
+            bos = data["bos_share"][i, 0, -1, h]
+            ax.set_title(f"{_sec4.variant_label(name)}, head {h}\nBOS share {bos:.2f}", fontsize=6.5)
+    fig.suptitle("Layer-2 attention shares on one induction sequence (rows: queries, columns: keys); "
+                 "induction acc.: " +
+                 ", ".join(f"{_sec4.variant_label(n)} {data['induction_acc'][names.index(n), 0]:.2f}"
+                           for n in SHOWN if n in names and data["available"][names.index(n), 0]) +
+                 "\n" + _sec4.scale_note(cfg, data), fontsize=7)
+    return fig
+
+
+def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
+    names = cfg["variants"]
+    out = {}
+    for name in SHOWN:
+        if name in names and data["available"][names.index(name), 0]:
+            i = names.index(name)
+            m = data["example_maps"][i, 0, -1]
+            tok = data["example_tokens"][i, 0]
+            q_pos = int(np.flatnonzero(tok[1:-1] == tok[-1])[0]) + 1  # earlier copy of q
+            top = np.argmax(m[:, -1], axis=-1)
+            out[name] = {"earlier_q_position": q_pos,
+                         "last_row_top_key_offset_from_earlier_q": (top - q_pos).tolist(),
+                         "last_row_top_share": m[:, -1].max(-1).round(3).tolist(),
+                         "bos_share_example": m[:, 1:-1, 0].mean(-1).round(3).tolist()}
+        else:
+            out[name] = None
+    return out
+
+
+FIGURE = Figure(
+    id="attn-patterns",
+    title="Learned layer-2 attention maps (softmax, sigmoid, linear) on one induction sequence",
+    config=_sec4.config,
+    compute=_sec4.compute,
+    plot=plot,
+    summary=summary,
+    long_paper_scale=True,
+)

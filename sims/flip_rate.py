@@ -1,0 +1,49 @@
+"""Sec. 4.2: the one-token flip attack on the group-classification task, per kernel.
+
+Each pair (A, B) of correctly classified test sequences with different groups: the token of A
+that the CLS row of the last layer attends to most (share averaged over heads) is replaced by
+the most-attended token of B; the flip rate is the share of pairs whose prediction changes.
+A model that reads the group off one token flips; one that pools the 10 tokens does not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _sec4, style
+from ._registry import Figure
+
+
+def plot(data: dict, cfg: dict):
+    data = _sec4.unpack(data)
+    fig, axes = style.figure(1, 1, height=2.5)
+    ax = axes[0][0]
+    rate = np.where(data["available"], data["flip_rate"], np.nan)
+    rate = np.array([np.mean(r[np.isfinite(r)]) if np.isfinite(r).any() else np.nan for r in rate])
+    _sec4.bars_by_kernel(ax, rate, cfg, ylabel=f"flip rate ({cfg['run']['n_pairs']} pairs)", fmt="{:.3f}",
+                         available=data["available"], top=0.05)
+    ax.set_ylim(0, max(0.05, float(np.nanmax(rate)) * 1.25) if np.any(np.isfinite(rate)) else 1)
+    acc = ", ".join(f"{_sec4.variant_label(n)} {data['group_acc'][i, 0]:.3f}"
+                    for i, n in enumerate(cfg["variants"]) if data["available"][i, 0])
+    ax.set_title("one-token flip attack (group task, K = 4); group accuracy: " + acc, fontsize=6.5)
+    fig.suptitle("Flip rate — " + _sec4.scale_note(cfg, data), fontsize=8)
+    return fig
+
+
+def summary(data: dict, cfg: dict) -> dict:
+    data = _sec4.unpack(data)
+    return {name: None if not data["available"][i].any() else
+            {"flip_rate": data["flip_rate"][i].tolist(), "n_pairs": data["n_pairs"][i].tolist(),
+             "group_acc": data["group_acc"][i].tolist()}
+            for i, name in enumerate(cfg["variants"])}
+
+
+FIGURE = Figure(
+    id="flip-rate",
+    title="Sec. 4.2: flip rate of the one-token attack on the group task, per kernel",
+    config=_sec4.config,
+    compute=_sec4.compute,
+    plot=plot,
+    summary=summary,
+    long_paper_scale=True,
+)

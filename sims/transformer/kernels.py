@@ -1,0 +1,116 @@
+"""Attention kernels of the paper's Table 1 (SPEC §7), one head, with or without normalisation.
+
+Every kernel maps a query block ``q (T_q, d_h)`` and a key block ``k (T_k, d_h)`` to attention
+weights ``w (T_q, T_k)``; the head's output is ``w @ v``.
+
+| kernel    | score ``g(q_i, k_j)``                         | sign         |
+|-----------|-----------------------------------------------|--------------|
+| softmax   | ``exp(q_i·k_j/√d_h)`` (always normalised)      | positive     |
+| sigmoid   | ``σ(q_i·k_j/√d_h)``                            | positive     |
+| elu       | ``elu(q_i·k_j/√d_h) + 1``                      | positive     |
+| elu-elu   | ``(elu(q_i)+1)·(elu(k_j)+1)`` (linear attention)| positive     |
+| mlp       | ``φ(q_i)·φ(k_j)/√d_h``, ``φ`` a shared 2-layer GELU MLP | signed |
+| linear    | ``q_i·k_j/√d_h``                               | signed       |
+
+Normalisation divides a row by ``Σ_j g`` for the positive kernels and by ``max(|Σ_j g|, 1)``
+for the signed ones (a guard, not an epsilon: rows whose sum is small are left unscaled).
+For the positive kernels the sum is at least the largest term, which can underflow to 0 only
+for logits below about −87 in float32; the sum is therefore floored at ``finfo.tiny``.
+
+Causal masks (key ``j > i`` hidden from query ``i``): the logit-based kernels (softmax,
+sigmoid, elu) set the masked logits to the dtype's most negative finite value, which every
+one of them maps to exactly 0 (``exp``, ``σ`` and ``elu+1`` all vanish there); the product
+kernels (elu-elu, mlp, linear) have no logit to mask and their masked scores are set to 0
+with ``jnp.where``. Either way a masked weight is exactly 0 and carries no gradient.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from gradflow._errors import bad_arg
+
+__all__ = ["KERNELS", "SIGNED", "LOGIT_KERNELS", "attention_weights", "causal_mask", "check_kernel"]
+
+KERNELS = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
+"""Kernel names (paper Table 1)."""
+
+SIGNED = ("mlp", "linear")
+"""Kernels whose scores can be negative: normalised by ``max(|Σ|, 1)``."""
+
+LOGIT_KERNELS = ("softmax", "sigmoid", "elu")
+"""Kernels that are a function of the logit ``q·k/√d_h`` (masked through the logit)."""
+
+
+def check_kernel(kernel: str, normalise: bool) -> None:
+    """Raise :class:`GradflowValueError` unless ``(kernel, normalise)`` is a Table 1 variant."""
+    if kernel not in KERNELS:
+        raise bad_arg("kernel", kernel, f"one of {list(KERNELS)}")
+    if not isinstance(normalise, bool):
+        raise bad_arg("normalise", normalise, "True or False")
+    if kernel == "softmax" and not normalise:
+        raise bad_arg("normalise", normalise, "True for kernel 'softmax' (softmax is always normalised)")
+
+
+def causal_mask(t_q: int, t_k: int) -> Array:
+    """Boolean ``(t_q, t_k)`` mask, True where key ``j <= i`` is visible to query ``i``."""
+    return jnp.arange(t_k)[None, :] <= jnp.arange(t_q)[:, None]
+
+
+def attention_weights(
+    q: Float[Array, "Tq dh"],
+    k: Float[Array, "Tk dh"],
+    kernel: str,
+    normalise: bool,
+    *,
+    causal: bool = False,
+    phi=None,
+) -> Float[Array, "Tq Tk"]:
+    """Attention weights of one head under ``kernel`` (SPEC §7, paper Table 1).
+
+    **Arguments:**
+
+    - ``q``: queries ``(T_q, d_h)``; ``k``: keys ``(T_k, d_h)``; any float dtype (the result has it).
+    - ``kernel``: one of :data:`KERNELS`; ``normalise``: divide rows by the normaliser above
+      (must be True for softmax).
+    - ``causal``: hide keys ``j > i`` (requires ``T_q == T_k``); masked weights are exactly 0.
+    - ``phi``: the ``mlp`` kernel's feature map, a callable ``(d_h,) -> (d_f,)`` applied to each
+      query and key row (required for ``mlp``, ignored otherwise).
+
+    **Returns:** ``w (T_q, T_k)``; for softmax and the normalised positive kernels each row sums to 1.
+
+    **Raises:** :class:`GradflowValueError` for an unknown kernel, un-normalised softmax, a
+    missing ``phi`` for ``mlp``, or ``causal`` with ``T_q != T_k``.
+    """
+    check_kernel(kernel, normalise)
+    t_q, d_h = q.shape
+    t_k = k.shape[0]
+    if causal and t_q != t_k:
+        raise bad_arg("causal", (t_q, t_k), "T_q == T_k for a causal mask")
+    if kernel == "mlp" and phi is None:
+        raise bad_arg("phi", phi, "a feature map (d_h,) -> (d_f,) for kernel 'mlp'")
+    dtype = q.dtype
+    scale = jnp.asarray(1.0 / jnp.sqrt(d_h), dtype)
+    visible = causal_mask(t_q, t_k) if causal else jnp.ones((t_q, t_k), bool)
+    neg = jnp.finfo(dtype).min
+
+    if kernel in LOGIT_KERNELS:
+        logits = jnp.where(visible, (q @ k.T) * scale, neg)
+        if kernel == "softmax":
+            return jax.nn.softmax(logits, axis=-1)
+        g = jax.nn.sigmoid(logits) if kernel == "sigmoid" else jax.nn.elu(logits) + 1
+    elif kernel == "elu-elu":
+        g = (jax.nn.elu(q) + 1) @ (jax.nn.elu(k) + 1).T
+    elif kernel == "mlp":
+        g = (jax.vmap(phi)(q) @ jax.vmap(phi)(k).T) * scale
+    else:  # linear
+        g = (q @ k.T) * scale
+    g = jnp.where(visible, g, 0)  # exact 0 (already 0 for the logit kernels)
+    if not normalise:
+        return g
+    total = jnp.sum(g, axis=-1, keepdims=True)
+    if kernel in SIGNED:
+        return g / jnp.maximum(jnp.abs(total), 1)
+    return g / jnp.maximum(total, jnp.finfo(dtype).tiny)

@@ -1,0 +1,239 @@
+"""Sec. 4 transformer code: kernels vs hand computations, masking, task generators, training."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from gradflow._errors import GradflowValueError
+from sims.transformer.kernels import KERNELS, attention_weights
+from sims.transformer.tasks import group_batch, group_of, induction_batch
+from sims.transformer.train import RunConfig, shares, sparsity, train
+
+VARIANTS = [(k, n) for k in KERNELS for n in (True, False) if not (k == "softmax" and not n)]
+
+# 3x3 example: with k = sqrt(3)·I and d_h = 3 the logits q kᵀ/√d_h are exactly q = L.
+L = np.array([[0.0, 1.0, -1.0], [2.0, 0.0, 1.0], [0.5, -0.5, 0.0]])
+K = np.sqrt(3.0) * np.eye(3)
+
+
+def _elu1(x):
+    return np.where(x > 0, x, np.exp(x) - 1) + 1
+
+
+def _hand(kernel: str, normalise: bool) -> np.ndarray:
+    """Entry-by-entry formulas of Table 1 (SPEC §7), loops over i, j."""
+    phi = np.tanh
+    g = np.zeros((3, 3))
+    for i in range(3):
+        for j in range(3):
+            if kernel == "softmax":
+                g[i, j] = np.exp(L[i, j])
+            elif kernel == "sigmoid":
+                g[i, j] = 1 / (1 + np.exp(-L[i, j]))
+            elif kernel == "elu":
+                g[i, j] = _elu1(L[i, j])
+            elif kernel == "elu-elu":
+                g[i, j] = sum(_elu1(L[i, m]) * _elu1(K[j, m]) for m in range(3))
+            elif kernel == "mlp":
+                g[i, j] = sum(phi(L[i, m]) * phi(K[j, m]) for m in range(3)) / np.sqrt(3)
+            else:
+                g[i, j] = L[i, j]
+    if kernel == "softmax" or normalise:
+        tot = g.sum(1, keepdims=True)
+        g = g / (np.maximum(np.abs(tot), 1) if kernel in ("mlp", "linear") else tot)
+    return g
+
+
+@pytest.mark.parametrize("kernel,normalise", VARIANTS)
+def test_kernel_matches_hand_computation_3x3(kernel, normalise):
+    w = attention_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalise, phi=jnp.tanh)
+    np.testing.assert_allclose(np.asarray(w), _hand(kernel, normalise), rtol=1e-12, atol=1e-14)
+
+
+def test_kernel_literal_values():
+    """Two rows worked out by hand: softmax(0, 1, −1) and the signed normaliser max(|Σ|, 1)."""
+    w = attention_weights(jnp.asarray(L), jnp.asarray(K), "softmax", True)
+    e = np.exp(1.0)
+    np.testing.assert_allclose(np.asarray(w[0]), [1 / (1 + e + 1 / e), e / (1 + e + 1 / e), (1 / e) / (1 + e + 1 / e)],
+                               rtol=1e-12)
+    lin = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "linear", True))
+    np.testing.assert_allclose(lin[0], [0.0, 1.0, -1.0])  # Σ = 0 -> divided by 1, unchanged
+    np.testing.assert_allclose(lin[1], [2 / 3, 0.0, 1 / 3])  # Σ = 3
+    # negative control: the un-normalised sigmoid row is not a distribution
+    sig = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "sigmoid", False))
+    assert abs(sig[0].sum() - 1) > 0.1
+
+
+@pytest.mark.parametrize("kernel,normalise", VARIANTS)
+def test_causal_mask_future_weights_exactly_zero(kernel, normalise):
+    rng = np.random.default_rng(0)
+    q, k = (jnp.asarray(rng.standard_normal((5, 4)) * 3) for _ in range(2))
+    phi = lambda x: jnp.tanh(x) + 0.5  # noqa: E731
+    w = np.asarray(attention_weights(q, k, kernel, normalise, causal=True, phi=phi))
+    assert np.all(w[np.triu_indices(5, 1)] == 0.0)
+    # each causal row equals the row computed from its prefix alone (a second formulation)
+    for i in range(5):
+        row = attention_weights(q[i:i + 1], k[:i + 1], kernel, normalise, phi=phi)
+        np.testing.assert_allclose(w[i, :i + 1], np.asarray(row[0]), rtol=1e-12, atol=1e-15)
+    # future keys get exactly zero gradient
+    grad = jax.grad(lambda kk: jnp.sum(attention_weights(q, kk, kernel, normalise, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
+    assert np.all(np.asarray(grad)[3:] == 0.0) and np.any(np.asarray(grad)[:3] != 0.0)
+    # negative control: without the mask the upper triangle is not zero
+    w_full = np.asarray(attention_weights(q, k, kernel, normalise, causal=False, phi=phi))
+    assert np.any(w_full[np.triu_indices(5, 1)] != 0.0)
+
+
+def test_masked_logit_is_dtype_min_in_float32():
+    """float32 path: masked entries exactly 0 and rows finite even with huge logits."""
+    q = jnp.full((3, 2), 100.0, jnp.float32)
+    for kernel in ("softmax", "sigmoid", "elu"):
+        w = attention_weights(q, q, kernel, kernel == "softmax", causal=True)
+        assert w.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(w)))
+        assert float(w[0, 1]) == 0.0 and float(w[0, 2]) == 0.0
+
+
+@pytest.mark.parametrize("args,match", [
+    (("softmax", False), "normalise"), (("relu", True), "kernel"), (("mlp", True), "phi"),
+])
+def test_kernel_bad_arguments(args, match):
+    q = jnp.ones((3, 2))
+    with pytest.raises(GradflowValueError, match=match):
+        attention_weights(q, q, *args)
+
+
+def _valid_induction(seq, vocab, n):
+    """Independent validator of one induction sequence; returns a list of violations."""
+    bad = []
+    ctx, q, c = list(seq[1:n + 1]), seq[n + 1], seq[n + 2]
+    if seq[0] != vocab:
+        bad.append("BOS")
+    if len(set(ctx)) != n or not all(0 <= t < vocab for t in ctx):
+        bad.append("distinct")
+    if q not in ctx[:-1]:
+        bad.append("query")
+    elif ctx[ctx.index(q) + 1] != c:
+        bad.append("target")
+    return bad
+
+
+def test_induction_sequences_valid():
+    seq = induction_batch(3, 2000, vocab=50, n_context=10)
+    assert seq.shape == (2000, 13) and seq.dtype == np.int32
+    assert all(not _valid_induction(s, 50, 10) for s in seq)
+    positions = [list(s[1:11]).index(s[11]) for s in seq]
+    assert set(positions) == set(range(9))  # every position with a successor is used
+    np.testing.assert_array_equal(seq, induction_batch(3, 2000))  # seeded
+    # negative controls: the validator catches each corruption
+    bad = seq[0].copy(); bad[2] = bad[1]
+    assert "distinct" in _valid_induction(bad, 50, 10)
+    bad = seq[0].copy(); bad[12] = (bad[12] + 1) % 50
+    assert _valid_induction(bad, 50, 10)
+    bad = seq[0].copy(); bad[11] = bad[10]  # the last context token has no successor
+    assert "query" in _valid_induction(bad, 50, 10)
+
+
+def test_group_sequences_valid():
+    seq, lab = group_batch(5, 2000, vocab=48, n_groups=4, n_context=10)
+    assert seq.shape == (2000, 11) and np.all(seq[:, 0] == 48)
+    assert set(np.unique(lab)) == {0, 1, 2, 3}
+    body = seq[:, 1:]
+    assert np.all(body // 12 == lab[:, None])  # every token in the label's group (12 tokens each)
+    assert np.all(group_of(body) == lab[:, None])
+    assert all(len(set(r)) == 10 for r in body)
+    # negative control: another label breaks the group check
+    assert not np.all(body // 12 == ((lab + 1) % 4)[:, None])
+
+
+def test_task_bad_arguments():
+    with pytest.raises(GradflowValueError, match="vocab"):
+        induction_batch(0, 10, vocab=5, n_context=10)
+    with pytest.raises(GradflowValueError, match="vocab"):
+        group_batch(0, 10, vocab=20, n_groups=4, n_context=10)
+    with pytest.raises(GradflowValueError, match="normalise"):
+        RunConfig(kernel="softmax", normalise=False)
+
+
+def test_shares_and_sparsity_by_hand():
+    w = np.array([[[[[1.0, 0.0], [-1.0, 3.0]]]]])  # (N=1, L=1, H=1, T=2, T=2)
+    np.testing.assert_allclose(shares(w)[0, 0, 0], [[1.0, 0.0], [0.25, 0.75]])
+    np.testing.assert_allclose(sparsity(shares(w), slice(None)), [[(1.0 + 0.75) / 2]])
+
+
+# ----------------------------------------------------------------------------- training
+
+TINY = dict(d_model=32, n_layers=2, n_heads=4, n_train=256, epochs=2, batch=32, n_test=64,
+            evals_per_epoch=2, n_pairs=20)
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_model(tmp_path):
+    """Stop after 5 steps (last checkpoint at step 4), resume, compare with an uninterrupted run."""
+    import equinox as eqx
+
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    ckpt = str(tmp_path / "run")
+    train(cfg, "induction", checkpoint=ckpt, progress=False, stop_after=5)
+    meta = __import__("json").loads((tmp_path / "run.json").read_text())
+    assert meta["step"] == 4 and (tmp_path / "run.4.eqx").exists()
+    resumed, hist = train(cfg, "induction", checkpoint=ckpt, progress=False)
+    whole, hist_whole = train(cfg, "induction", progress=False)
+    assert hist["step"] == hist_whole["step"] == [4, 8, 12, 16]
+    leaves = zip(jax.tree_util.tree_leaves(eqx.filter(resumed, eqx.is_array)),
+                 jax.tree_util.tree_leaves(eqx.filter(whole, eqx.is_array)))
+    assert all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in leaves)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.16.eqx", "run.json"]  # old leaves removed
+    # negative control: a fresh run from another seed ends elsewhere
+    other, _ = train(RunConfig(kernel="sigmoid", normalise=False, seed=1, **TINY), "induction", progress=False)
+    assert not np.allclose(other.head.weight, whole.head.weight)
+
+
+def test_reproduce_keeps_long_figures_quick_unless_paper_scale(monkeypatch, tmp_path):
+    from gradflow import cli
+    import sims._registry as registry
+
+    calls = []
+    monkeypatch.setattr(registry, "build", lambda fig_id, out, quick, force, progress: calls.append((fig_id, quick))
+                        or {"cached": False, "summary": {}})
+    args = cli._parser().parse_args(["reproduce", "--out", str(tmp_path), "--no-progress"])
+    args.ids, args.list, args.verbose = ["fig2", "flip-rate"], False, False
+    assert cli._cmd_figures(args) == 0
+    assert calls == [("fig2", False), ("flip-rate", True)]
+    calls.clear()
+    args = cli._parser().parse_args(["reproduce", "--paper-scale", "--out", str(tmp_path)])
+    args.ids, args.list, args.verbose, args.no_progress = ["flip-rate"], False, False, True
+    cli._cmd_figures(args)
+    assert calls == [("flip-rate", False)]
+    calls.clear()
+    args = cli._parser().parse_args(["figures", "flip-rate", "--out", str(tmp_path)])  # figures: as asked
+    cli._cmd_figures(args)
+    assert calls == [("flip-rate", False)]
+
+
+@pytest.mark.slow
+def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatch):
+    """All five Sec. 4 figures in quick mode (fresh cache); the quick softmax run is above chance
+    (1/50, a uniform guess over the vocabulary): in its 800 steps it learns that the target is a
+    context token (about 1/9), while induction proper (accuracy >> 1/9) needs paper scale.
+    Negative control: the untrained model is at chance."""
+    import json
+
+    import sims.transformer.sweep as sweep
+    from gradflow import cli
+    from sims.transformer.train import _accuracy, _data, _model, _seeds
+
+    monkeypatch.setattr(sweep, "CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sweep, "COMMITTED", str(tmp_path / "none"))
+    ids = ["sinks-induction", "accuracy-induction", "flip-rate", "sparsity-heads", "attn-patterns"]
+    assert cli.main(["figures", *ids, "--quick", "--out", str(tmp_path / "out"), "--no-progress"]) == 0
+    for fig_id in ids:
+        assert (tmp_path / "out" / f"{fig_id}.png").stat().st_size > 0
+    acc = json.loads((tmp_path / "out" / "accuracy-induction.json").read_text())["summary"]
+    assert acc["softmax-norm"]["induction_acc"][0] > 0.06
+    flips = json.loads((tmp_path / "out" / "flip-rate.json").read_text())["summary"]
+    assert flips["softmax-norm"]["n_pairs"] == [500]
+    cfg = sweep.run_config("softmax", True, 0, quick=True)
+    x, y = _data(cfg, "induction", _seeds(cfg, "induction")[1], 1000)
+    assert _accuracy(_model(cfg, "induction"), x, y, "induction") < 0.05
