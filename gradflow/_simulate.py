@@ -450,8 +450,8 @@ def _check_devices(devices) -> list:
     if devices is None:
         return jax.devices()
     devices = list(devices) if isinstance(devices, (list, tuple)) else None
-    if not devices or not all(isinstance(d, jax.Device) for d in devices):
-        raise bad_arg("devices", devices, "a non-empty list of jax devices (e.g. jax.devices()[:2]) or None")
+    if not devices or not all(isinstance(d, jax.Device) for d in devices) or len(set(devices)) != len(devices):
+        raise bad_arg("devices", devices, "a non-empty list of distinct jax devices (e.g. jax.devices()[:2]) or None")
     return devices
 
 

@@ -205,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "no_cache", False):
         from ._cache import enable_compilation_cache
 
-        enable_compilation_cache()
+        try:
+            enable_compilation_cache()
+        except OSError as err:  # an unwritable cache folder costs speed, not the run
+            print(f"gradflow: warning: compilation cache off ({err.strerror or err}: {err.filename or ''})", file=sys.stderr)
     try:
         return args.func(args)
     except GradflowValueError as err:

@@ -6,8 +6,10 @@ chunk (configuration ``NNN``, seeds ``AAAAAA ≤ seed < BBBBBB``), each written 
 rerun with the same spec skips chunks whose file exists; a different spec in the same folder
 is refused.
 
-Per seed (NumPy ``RandomState(seed)``, Fig. 2's order): ``V0 = init_scale·randn(d, n)``,
-``a0 = 0``, ``β* = randn(d)/‖·‖``; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or
+Per seed (NumPy ``RandomState(seed)``, Fig. 2's order, SPEC §6): ``V0 = init_scale·randn(d, n)``,
+``a0 = 0·randn(n)`` (the draw is consumed, as the authors did), ``β* = randn(d)/‖·‖``; so seed 123,
+``n = 8``, ``init_scale = 0.1`` is Fig. 2's run. Every run starts from ``a0 = 0``, so only maps
+defined there (non-zero denominator at ``a = 0``) are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or
 ``SquareLoss(β*)`` (``loss="square"``, paper Eq. 8).
 """
 
@@ -21,10 +23,13 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+import jax.numpy as jnp
+
 from ._errors import bad_arg
+from ._validate import check_positive, check_positive_int
 from ._simulate import SOLVERS, default_ts, simulate_batch
 from .losses import LogisticTeacher, SquareLoss
-from .maps import MAPS
+from .maps import MAPS, apply_map
 from .trajectory import atomic_write
 
 __all__ = ["SweepSpec", "run_sweep", "load_sweep", "GRID_KEYS"]
@@ -32,6 +37,7 @@ __all__ = ["SweepSpec", "run_sweep", "load_sweep", "GRID_KEYS"]
 GRID_KEYS = ("loss", "n", "normalization", "t1", "rtol", "init_scale")
 """Spec fields that take a list of values; the grid is their Cartesian product."""
 LOSSES = ("logistic", "square")
+_AT_ZERO = "e.g. softmax, sigmoid, sigmoid-norm, elu, elu-norm, sparsemax; not l1, sum, l2, relu (0/0 at a = 0)"
 
 
 @dataclass(frozen=True)
@@ -62,21 +68,25 @@ class SweepSpec:
     def __post_init__(self):
         if not (0 <= self.seed_start < self.seed_stop):
             raise bad_arg("seeds", f"{self.seed_start}:{self.seed_stop}", "START:STOP with 0 ≤ START < STOP")
-        if self.chunk < 1:
-            raise bad_arg("chunk", self.chunk, "a positive number of seeds")
-        if self.points < 1:
-            raise bad_arg("points", self.points, "a positive number of save points")
+        for key in ("chunk", "points", "max_steps"):
+            check_positive_int(key, getattr(self, key))
         for value in self.loss:
             if value not in LOSSES:
                 raise bad_arg("loss", value, f"one of {list(LOSSES)}")
         for value in self.normalization:
             if value not in MAPS:
                 raise bad_arg("normalization", value, f"one of {sorted(MAPS)}")
+            if not np.all(np.isfinite(np.asarray(apply_map(jnp.zeros(2), value)))):
+                raise bad_arg("normalization", value, f"a map defined at a0 = 0, where every sweep run starts ({_AT_ZERO})")
         if self.solver not in SOLVERS:
             raise bad_arg("solver", self.solver, f"one of {list(SOLVERS)}")
-        for key in ("n", "t1", "rtol", "init_scale"):
+        for value in self.n:
+            check_positive_int("n", value)
+        for value in self.rtol:
+            check_positive("rtol", value, upper=1.0)
+        for key in ("t1", "init_scale"):
             for value in getattr(self, key):
-                if not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
+                if isinstance(value, bool) or not (isinstance(value, (int, float)) and np.isfinite(value) and value > 0):
                     raise bad_arg(key, value, "positive finite numbers")
         grid = [dict(zip(GRID_KEYS, combo)) for combo in itertools.product(*(getattr(self, k) for k in GRID_KEYS))]
         object.__setattr__(self, "configs", grid)
@@ -100,6 +110,7 @@ def _draws(cfg: dict, seeds):
     for seed in seeds:
         rng = np.random.RandomState(seed)
         V0s.append(cfg["init_scale"] * rng.randn(d, n))
+        rng.randn(n)  # a = 0·randn(n): consumed, as in Fig. 2 (SPEC §6)
         beta_star = rng.randn(d)
         beta_star /= np.linalg.norm(beta_star)
         losses.append(LogisticTeacher(beta_star) if cfg["loss"] == "logistic" else SquareLoss(beta_star))

@@ -24,6 +24,9 @@ def test_simulate_batch_and_descend_rerun_bitwise():
     V0s = 0.1 * rng.randn(2, 8, 8)
     _same(*(gradflow.simulate_batch(loss, V0s, np.zeros((2, 8)), t1=1e6) for _ in range(2)))
     _same(*(gradflow.descend(loss, V0, a0, lr=0.1, steps=500) for _ in range(2)))
+    # control: the comparison sees a change in the last bit of one input
+    with pytest.raises(AssertionError):
+        _same(gradflow.simulate(loss, V0, a0, t1=1e6), gradflow.simulate(loss, np.nextafter(V0, 1.0), a0, t1=1e6))
 
 
 @pytest.mark.slow  # ~10 s of fresh sweeps (new batch shapes compile)

@@ -33,6 +33,7 @@ def test_sweep_resumes_only_the_missing_chunk(tmp_path, capsys):
     # the data are the runs themselves: seed 4 of config 1 equals a direct simulate of that draw
     rng = np.random.RandomState(4)
     V0 = 0.1 * rng.randn(3, 3)
+    rng.randn(3)  # a = 0·randn(n), consumed as in Fig. 2
     bs = rng.randn(3)
     direct = gradflow.simulate(gradflow.LogisticTeacher(bs / np.linalg.norm(bs)), V0, np.zeros(3), t1=1e5,
                                ts=second[1]["t"], rtol=1e-8, atol=1e-10)
@@ -48,12 +49,28 @@ def test_sweep_refuses_a_different_spec_in_the_same_folder(tmp_path, capsys):
     assert "holds a different sweep.json" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["--seeds", "5:1"], ["--loss", "hinge"], ["--t1", "abc"], ["--seeds", "x"]])
+def test_sweep_draws_are_fig2s_draws():
+    """Seed 123, n = 8, init 0.1 is Fig. 2's run (SPEC §6 order, the a-draw consumed);
+    compared with the figure module's independent definition; a different seed is a control."""
+    from gradflow.sweep import _draws
+    from sims._common import fig2_init
+
+    V0, a0, bs = fig2_init(123, 8)
+    V0s, a0s, losses = _draws(dict(n=8, init_scale=0.1, loss="logistic"), [123, 124])
+    np.testing.assert_array_equal(V0s[0], V0)
+    np.testing.assert_array_equal(a0s[0], a0)
+    np.testing.assert_array_equal(np.asarray(losses[0].beta_star), bs)
+    assert not np.allclose(np.asarray(losses[1].beta_star), bs)
+
+
+@pytest.mark.parametrize("argv", [["--seeds", "5:1"], ["--loss", "hinge"], ["--t1", "abc"], ["--seeds", "x"],
+                                  ["--normalization", "l1"], ["--max-steps", "0"], ["--rtol", "2"], ["--chunk", "0"]])
 def test_sweep_bad_arguments_exit_2(tmp_path, argv):
     with pytest.raises(SystemExit) as exc:
         code = cli.main(["sweep", str(tmp_path / "sw"), "--no-cache", *argv])
         raise SystemExit(code)
     assert exc.value.code == 2
+    assert not (tmp_path / "sw" / "sweep.json").exists()  # a refused spec locks nothing
 
 
 def test_cache_location_and_opt_out(tmp_path, monkeypatch):
@@ -66,3 +83,24 @@ def test_cache_location_and_opt_out(tmp_path, monkeypatch):
     assert _cache.cache_dir() == str(tmp_path / "x" / "gradflow" / "jax")
     monkeypatch.setenv("GRADFLOW_NO_CACHE", "1")
     assert gradflow.enable_compilation_cache(tmp_path / "never") is None and not (tmp_path / "never").exists()
+
+
+def test_unwritable_cache_folder_warns_in_one_line(tmp_path, monkeypatch, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    monkeypatch.setenv("GRADFLOW_CACHE_DIR", str(blocker / "jax"))
+    monkeypatch.delenv("GRADFLOW_NO_CACHE", raising=False)
+    assert cli.main(["figures", "--list"]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith("gradflow: warning: compilation cache off") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("devices", [[], "cpu", [0], "repeat"])
+def test_simulate_batch_refuses_bad_devices(devices):
+    import jax
+
+    if devices == "repeat":
+        devices = [jax.devices()[0]] * 2
+    with pytest.raises(gradflow.GradflowValueError, match="devices: got .*distinct jax devices"):
+        gradflow.simulate_batch(gradflow.LogisticTeacher(np.ones(2)), np.zeros((1, 2, 2)), np.zeros((1, 2)), t1=1.0,
+                                devices=devices)
