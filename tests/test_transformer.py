@@ -154,6 +154,11 @@ def test_task_bad_arguments():
         group_batch(0, 10, vocab=20, n_groups=4, n_context=10)
     with pytest.raises(GradflowValueError, match="normalise"):
         RunConfig(kernel="softmax", normalise=False)
+    for field, val in [("lr", 0.0), ("lr", float("nan")), ("lr", float("inf")), ("weight_decay", -0.1),
+                       ("aux_weight", -1.0), ("aux_weight", float("nan")), ("stop_acc", 0.0), ("stop_acc", 1.0)]:
+        with pytest.raises(GradflowValueError, match=field):
+            RunConfig(**{field: val})
+    RunConfig(lr=1e-3, weight_decay=0.0, aux_weight=0.0, stop_acc=0.5)  # control: boundary values accepted
 
 
 def test_shares_and_sparsity_by_hand():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import time
 
@@ -28,6 +29,7 @@ import optax
 from tqdm.auto import tqdm
 
 from gradflow._errors import bad_arg
+from gradflow._validate import check_positive
 from gradflow.trajectory import atomic_write
 
 from .kernels import check_kernel
@@ -81,6 +83,12 @@ class RunConfig:
                 raise bad_arg(name, val, "a non-negative integer" if name == "seed" else "a positive integer")
         if self.n_train < self.batch:
             raise bad_arg("n_train", self.n_train, f"at least batch = {self.batch}")
+        check_positive("lr", self.lr)
+        for name in ("weight_decay", "aux_weight"):
+            val = getattr(self, name)
+            if isinstance(val, (bool, str)) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
+                raise bad_arg(name, val, "a non-negative finite number")
+        check_positive("stop_acc", self.stop_acc, upper=1.0)
 
     @property
     def steps_per_epoch(self) -> int:
