@@ -152,12 +152,13 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
                    available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0,
-                   legend_loc: str = "upper right") -> None:
+                   legend_loc: str = "upper right", ran_label: str = "no run > 0.95") -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
     "not run" (or "no run > 0.95" when the run exists), and with ``all_variants`` every Table 1
-    variant gets a slot so missing ones are visible.
+    variant gets a slot so missing ones are visible; ``ran_label`` is the text for a NaN value
+    of a variant whose run exists.
     """
     import matplotlib.pyplot as plt
 
@@ -183,7 +184,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                 ax.text(x, val + 0.02 * top, fmt.format(val), ha="center", va="bottom", fontsize=5.5)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
-                ax.text(x, 0.02 * top, "no run > 0.95" if ran else "not run", ha="center", va="bottom",
+                ax.text(x, 0.02 * top, ran_label if ran else "not run", ha="center", va="bottom",
                         fontsize=5, color="0.35", rotation=90)
     ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels])
     ax.set_ylabel(ylabel)

@@ -10,7 +10,7 @@ import pytest
 from gradflow._errors import GradflowValueError
 from sims.transformer.kernels import KERNELS, attention_weights
 from sims.transformer.tasks import group_batch, group_of, induction_batch
-from sims.transformer.train import RunConfig, shares, sparsity, train
+from sims.transformer.train import RunConfig, attack_pairs, shares, sparsity, train
 
 VARIANTS = [(k, n) for k in KERNELS for n in (True, False) if not (k == "softmax" and not n)]
 
@@ -165,6 +165,20 @@ def test_shares_and_sparsity_by_hand():
     w = np.array([[[[[1.0, 0.0], [-1.0, 3.0]]]]])  # (N=1, L=1, H=1, T=2, T=2)
     np.testing.assert_allclose(shares(w)[0, 0, 0], [[1.0, 0.0], [0.25, 0.75]])
     np.testing.assert_allclose(sparsity(shares(w), slice(None)), [[(1.0 + 0.75) / 2]])
+
+
+def test_attack_pairs_different_labels_and_none_when_one_label():
+    y = np.array([0, 0, 1, 1, 2, 3])
+    pred = np.array([0, 0, 1, 0, 2, 0])  # correct: 0, 1, 2, 4 with labels 0, 0, 1, 2
+    a, b = attack_pairs(pred, y, 100, np.random.default_rng(0))
+    # by hand: correct labels 0,0,1,2 -> ordered different-label pairs 2·2 + 2·2 + 1·1 + 1·1 = 10
+    want = {(i, j) for i in (0, 1, 2, 4) for j in (0, 1, 2, 4) if y[i] != y[j]}
+    assert len(want) == 10 and set(zip(a.tolist(), b.tolist())) == want and len(a) == 10
+    a, b = attack_pairs(pred, y, 3, np.random.default_rng(0))
+    assert len(a) == 3 and len(set(zip(a.tolist(), b.tolist()))) == 3 and all(y[a] != y[b])
+    # a diverged model predicts label 0 everywhere: no valid pair, returns at once
+    a, b = attack_pairs(np.zeros(2000, int), np.repeat(np.arange(4), 500), 500, np.random.default_rng(0))
+    assert len(a) == len(b) == 0
 
 
 # ----------------------------------------------------------------------------- training

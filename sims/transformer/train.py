@@ -314,6 +314,21 @@ def measure_induction(model, cfg: RunConfig, n_seq: int = 1000) -> dict:
     }
 
 
+def attack_pairs(pred: np.ndarray, y: np.ndarray, n_pairs: int, rng: np.random.Generator):
+    """Up to ``n_pairs`` ordered pairs ``(a, b)`` of correctly classified sequences (``pred == y``)
+    with ``y[a] != y[b]``, drawn without replacement from all such pairs.
+
+    **Returns:** two int arrays ``(a_idx, b_idx)`` of equal length ``≤ n_pairs``; both empty when no
+    such pair exists (e.g. every correct prediction has one label, as for a diverged model).
+    """
+    ok = np.flatnonzero(np.asarray(pred) == np.asarray(y))
+    a, b = np.meshgrid(ok, ok, indexing="ij")
+    diff = y[a] != y[b]
+    a, b = a[diff], b[diff]
+    pick = rng.choice(len(a), min(n_pairs, len(a)), replace=False) if len(a) else np.zeros(0, int)
+    return a[pick].astype(int), b[pick].astype(int)
+
+
 def measure_groups(model, cfg: RunConfig) -> dict:
     """Group accuracy, per-head sparsity and the one-token flip attack (SPEC §7).
 
@@ -326,15 +341,7 @@ def measure_groups(model, cfg: RunConfig) -> dict:
     pred = _predict(model, x, "groups")
     share = shares(_maps(model, x))
     top = 1 + np.argmax(share[:, -1, :, 0, 1:].mean(1), axis=-1)  # position of the top-attended token
-    rng = np.random.default_rng(cfg.seed + 7)
-    ok = np.flatnonzero(pred == y)
-    a_idx, b_idx = [], []
-    while len(a_idx) < cfg.n_pairs and len(ok) >= 2:
-        a, b = rng.choice(ok, 2, replace=False)
-        if y[a] != y[b]:
-            a_idx.append(a)
-            b_idx.append(b)
-    a_idx, b_idx = np.array(a_idx, int), np.array(b_idx, int)
+    a_idx, b_idx = attack_pairs(pred, y, cfg.n_pairs, np.random.default_rng(cfg.seed + 7))
     x_att = x[a_idx].copy()
     x_att[np.arange(len(a_idx)), top[a_idx]] = x[b_idx, top[b_idx]]
     flipped = _predict(model, x_att, "groups") != pred[a_idx]
