@@ -78,8 +78,12 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
                 continue
             hi, hg = r["history_induction"], r["history_groups"]
             out["available"][i, j] = True
-            for key in ("induction_acc", "group_acc", "flip_rate", "n_pairs", "bos_share",
-                        "sparsity_induction", "sparsity_groups", "example_maps", "example_tokens"):
+            keys = ["example_tokens"]  # a diverged model's measurements are left missing (NaN)
+            if not hi.get("diverged_step"):
+                keys += ["induction_acc", "bos_share", "sparsity_induction", "example_maps"]
+            if not hg.get("diverged_step"):
+                keys += ["group_acc", "flip_rate", "n_pairs", "sparsity_groups"]
+            for key in keys:
                 out[key][i, j] = r[key]
             n = len(hi["step"])
             out["curve_step"][i, j, :n], out["curve_acc"][i, j, :n] = hi["step"], hi["acc"]
@@ -138,12 +142,14 @@ def sink_percent(data: dict) -> np.ndarray:
 
 
 def sink_percent_all(data: dict) -> np.ndarray:
-    """As :func:`sink_percent` but over every available run, whatever its accuracy."""
+    """As :func:`sink_percent` but over every available run, whatever its accuracy (diverged runs,
+    whose ``bos_share`` is NaN, are left out)."""
     sinks = data["bos_share"][:, :, -1, :] > 0.9
+    measured = data["available"] & np.isfinite(data["bos_share"][:, :, -1, 0])  # not diverged
     out = np.full(sinks.shape[0], np.nan)
     for i in range(sinks.shape[0]):
-        if data["available"][i].any():
-            out[i] = 100 * sinks[i][data["available"][i]].mean()
+        if measured[i].any():
+            out[i] = 100 * sinks[i][measured[i]].mean()
     return out
 
 

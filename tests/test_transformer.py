@@ -187,6 +187,25 @@ TINY = dict(d_model=32, n_layers=2, n_heads=4, n_train=256, epochs=2, batch=32, 
             evals_per_epoch=2, n_pairs=20)
 
 
+def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
+    """A step whose loss is NaN (as in a diverged model) ends training at the next evaluation."""
+    import importlib
+
+    tr = importlib.import_module("sims.transformer.train")  # the package re-exports train()
+
+    step = tr._step
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)  # 8 steps/epoch, evaluations every 4
+    _, hist = train(cfg, "groups", progress=False)  # control: a finite loss goes on
+    assert hist["diverged_step"] is None and hist["step"][:2] == [4, 8]  # goes past the first evaluation
+    monkeypatch.setattr(tr, "_step", lambda *a: (lambda m, o, loss: (m, o, loss * jnp.nan))(*step(*a)))
+    ckpt = str(tmp_path / "run")
+    _, hist = train(cfg, "groups", checkpoint=ckpt, progress=False)
+    assert hist["diverged_step"] == 4 and hist["step"] == [4] and hist["stopped_step"] is None
+    monkeypatch.setattr(tr, "_step", step)
+    _, again = train(cfg, "groups", checkpoint=ckpt, progress=False)  # a diverged checkpoint is final
+    assert again["diverged_step"] == 4 and again["step"] == [4]
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_model(tmp_path):
     """Stop after 5 steps (last checkpoint at step 4), resume, compare with an uninterrupted run."""

@@ -210,7 +210,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     **Returns:** ``(model, history)``; ``history`` holds ``step``/``acc`` lists (test accuracy at
     each evaluation), ``steps_per_epoch``, ``above_step`` (first step of the final stretch above
     ``stop_acc``, or ``None``), ``stopped_step`` (step of the early stop, or ``None`` if the run
-    used every epoch), ``step_seconds`` (mean wall time of a training step after compilation)
+    used every epoch), ``diverged_step`` (first evaluation at which the training loss was NaN or
+    infinite, where training stopped; ``None`` otherwise), ``step_seconds`` (mean wall time of a training step after compilation)
     and ``train_seconds``.
     """
     if task not in TASKS:
@@ -225,14 +226,14 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     eval_every = max(spe // cfg.evals_per_epoch, 1)
     total = spe * cfg.epochs
     hist = {"step": [], "acc": [], "steps_per_epoch": spe, "above_step": None, "stopped_step": None,
-            "step_seconds": None, "train_seconds": 0.0}
+            "diverged_step": None, "step_seconds": None, "train_seconds": 0.0}
     step0 = 0
     meta = _read_json(checkpoint + ".json") if checkpoint else None
     if meta is not None:
         model, opt_state = eqx.tree_deserialise_leaves(
             os.path.join(os.path.dirname(checkpoint), meta["leaves"]), (model, opt_state))
         hist, step0 = meta["history"], meta["step"]
-        if hist["stopped_step"] is not None:
+        if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
             return model, hist
 
     timed, t_timed, perm_epoch, perm = 0, 0.0, -1, None
@@ -256,6 +257,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             hist["step"].append(s + 1)
             hist["acc"].append(acc)
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{acc:.3f}")
+            if not np.isfinite(float(loss)):  # diverged: stop, and say so (its accuracy means nothing)
+                hist["diverged_step"] = s + 1
             if acc <= cfg.stop_acc:
                 hist["above_step"] = None
             elif hist["above_step"] is None:
@@ -270,7 +273,7 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             start, timed, t_timed = time.perf_counter(), 0, 0.0
             if checkpoint:
                 _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist})
-            if hist["stopped_step"] is not None:
+            if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
                 break
     bar.close()
     return model, hist
@@ -373,7 +376,9 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True) -> dict:
                          progress=progress)
     arrays = {**measure_induction(m_ind, cfg), **measure_groups(m_grp, cfg)}
     scalars = {k: arrays.pop(k) for k in ("induction_acc", "group_acc", "flip_rate", "n_pairs")}
-    meta = {"config": cfg.to_dict(), "name": run_name(cfg), **scalars,
+    diverged = {f"diverged_{t}": h.get("diverged_step") is not None
+                for t, h in (("induction", h_ind), ("groups", h_grp))}
+    meta = {"config": cfg.to_dict(), "name": run_name(cfg), **scalars, **diverged,
             "history_induction": h_ind, "history_groups": h_grp,
             "measure_seconds": time.perf_counter() - start}
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
