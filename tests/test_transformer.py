@@ -206,6 +206,24 @@ def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
     assert again["diverged_step"] == 4 and again["step"] == [4]
 
 
+def test_checkpoint_of_another_config_is_not_resumed(tmp_path):
+    import json
+
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    ckpt = str(tmp_path / "run")
+    train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=4)
+    assert json.loads((tmp_path / "run.json").read_text())["config"] == cfg.to_dict()
+    _, same = train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=0)
+    assert same["step"] == [4]  # control: the same config resumes (0 new steps, history kept)
+    other = RunConfig(kernel="sigmoid", normalise=False, **{**TINY, "lr": 2e-3})
+    _, hist = train(other, "groups", checkpoint=ckpt, progress=False, stop_after=0)
+    assert hist["step"] == [] and not (tmp_path / "run.json").exists()  # stale checkpoint deleted
+    assert not list(tmp_path.iterdir())
+    train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=4)
+    _, hist = train(cfg, "induction", checkpoint=ckpt, progress=False, stop_after=0)  # other task
+    assert hist["step"] == []
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_model(tmp_path):
     """Stop after 5 steps (last checkpoint at step 4), resume, compare with an uninterrupted run."""

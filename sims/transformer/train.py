@@ -190,6 +190,15 @@ def _save_checkpoint(path: str, model, opt_state, meta: dict) -> None:
             pass
 
 
+def _remove_checkpoint(path: str, meta: dict) -> None:
+    """Delete checkpoint ``path`` (its ``.json`` and the leaves file it names)."""
+    for name in (os.path.join(os.path.dirname(path), str(meta.get("leaves", ""))), path + ".json"):
+        try:
+            os.remove(name)
+        except OSError:
+            pass
+
+
 def _read_json(path: str) -> dict | None:
     try:
         with open(path) as f:
@@ -203,7 +212,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     """Train the ``task`` model of run ``cfg`` with AdamW; resume from ``checkpoint`` if present.
 
     **Arguments:** ``task`` ``"induction"`` or ``"groups"``; ``checkpoint`` a path stem (files
-    ``STEM.json`` and ``STEM.STEP.eqx`` are written at every evaluation) or ``None``;
+    ``STEM.json`` and ``STEM.STEP.eqx`` are written at every evaluation; a checkpoint written
+    for another ``cfg`` or ``task`` is deleted, not resumed) or ``None``;
     ``stop_after``: return after this many steps in this call (as if killed; the state of the
     last evaluation is in the checkpoint), ``None`` to run to the end.
 
@@ -229,6 +239,9 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             "diverged_step": None, "step_seconds": None, "train_seconds": 0.0}
     step0 = 0
     meta = _read_json(checkpoint + ".json") if checkpoint else None
+    if meta is not None and (meta.get("config") != cfg.to_dict() or meta.get("task") != task):
+        _remove_checkpoint(checkpoint, meta)  # written for another run setting: never resume it
+        meta = None
     if meta is not None:
         model, opt_state = eqx.tree_deserialise_leaves(
             os.path.join(os.path.dirname(checkpoint), meta["leaves"]), (model, opt_state))
@@ -272,7 +285,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             hist["train_seconds"] += time.perf_counter() - start
             start, timed, t_timed = time.perf_counter(), 0, 0.0
             if checkpoint:
-                _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist})
+                _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist,
+                                                                "config": cfg.to_dict(), "task": task})
             if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
                 break
     bar.close()
