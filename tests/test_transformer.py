@@ -293,3 +293,12 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
     cfg = sweep.run_config("softmax", True, 0, quick=True)
     x, y = _data(cfg, "induction", _seeds(cfg, "induction")[1], 1000)
     assert _accuracy(_model(cfg, "induction"), x, y, "induction") < 0.05
+
+
+def test_sweep_cli_refuses_unknown_variant(capsys):
+    from sims.transformer import sweep
+
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--variants", "softmax-norm", "nope-norm"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "nope-norm" in err and "sigmoid-raw" in err  # names the valid choices
