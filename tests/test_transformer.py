@@ -302,3 +302,19 @@ def test_sweep_cli_refuses_unknown_variant(capsys):
         sweep.main(["--variants", "softmax-norm", "nope-norm"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and "nope-norm" in err and "sigmoid-raw" in err  # names the valid choices
+
+
+def test_sec4_figures_state_the_seed_deviation():
+    from sims import _sec4, flip_rate
+
+    cfg = _sec4.config(quick=True)
+    assert cfg["seeds"] == [0]
+    data = {"available": np.zeros((len(cfg["variants"]), 1), bool)}
+    assert "seed 0 only (SPEC: 0–4)" in _sec4.scale_note(cfg, data)
+    assert "only" not in _sec4.scale_note({**cfg, "seeds": [0, 1, 2, 3, 4]}, data)  # control: full set
+    V = len(cfg["variants"])
+    fake = {"available": np.zeros((V, 1), bool), "flip_rate": np.full((V, 1), -1.0),
+            "n_pairs": np.zeros((V, 1), int), "group_acc": np.full((V, 1), -1.0)}
+    out = flip_rate.summary(fake, cfg)
+    assert out["seeds"] == [0] and out["spec_seeds"] == [0, 1, 2, 3, 4]
+    assert all(out[name] is None for name in cfg["variants"])
