@@ -50,7 +50,7 @@ def plot(data: dict, cfg: dict):
     return fig
 
 
-def summary(data: dict, cfg: dict) -> dict:
+def _summary(data: dict, cfg: dict) -> dict:
     data = _sec4.unpack(data)
     out = {}
     for i, name in enumerate(cfg["variants"]):
@@ -64,6 +64,11 @@ def summary(data: dict, cfg: dict) -> dict:
                      "step_seconds": _sec4.finite(data["step_seconds"][i]),
                      "train_seconds_both_tasks": _sec4.finite(data["train_seconds"][i])}
     return out
+
+
+def summary(data: dict, cfg: dict) -> dict:
+    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
+    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
 
 FIGURE = Figure(

@@ -42,7 +42,7 @@ def plot(data: dict, cfg: dict):
     return fig
 
 
-def summary(data: dict, cfg: dict) -> dict:
+def _summary(data: dict, cfg: dict) -> dict:
     data = _sec4.unpack(data)
     pct, pct_all = _sec4.sink_percent(data), _sec4.sink_percent_all(data)
     return {name: {"sink_heads_percent_kept": None if np.isnan(pct[i]) else float(pct[i]),
@@ -50,6 +50,11 @@ def summary(data: dict, cfg: dict) -> dict:
                    "layer2_bos_share": _sec4.finite(data["bos_share"][i, :, -1]),
                    "runs_kept": int(_sec4.kept(data)[i].sum()), "runs": int(data["available"][i].sum())}
             for i, name in enumerate(cfg["variants"])}
+
+
+def summary(data: dict, cfg: dict) -> dict:
+    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
+    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
 
 FIGURE = Figure(

@@ -10,7 +10,7 @@ import pytest
 from gradflow._errors import GradflowValueError
 from sims.transformer.kernels import KERNELS, attention_weights
 from sims.transformer.tasks import group_batch, group_of, induction_batch
-from sims.transformer.train import RunConfig, shares, sparsity, train
+from sims.transformer.train import RunConfig, attack_pairs, shares, sparsity, train
 
 VARIANTS = [(k, n) for k in KERNELS for n in (True, False) if not (k == "softmax" and not n)]
 
@@ -154,6 +154,11 @@ def test_task_bad_arguments():
         group_batch(0, 10, vocab=20, n_groups=4, n_context=10)
     with pytest.raises(GradflowValueError, match="normalise"):
         RunConfig(kernel="softmax", normalise=False)
+    for field, val in [("lr", 0.0), ("lr", float("nan")), ("lr", float("inf")), ("weight_decay", -0.1),
+                       ("aux_weight", -1.0), ("aux_weight", float("nan")), ("stop_acc", 0.0), ("stop_acc", 1.0)]:
+        with pytest.raises(GradflowValueError, match=field):
+            RunConfig(**{field: val})
+    RunConfig(lr=1e-3, weight_decay=0.0, aux_weight=0.0, stop_acc=0.5)  # control: boundary values accepted
 
 
 def test_shares_and_sparsity_by_hand():
@@ -162,10 +167,61 @@ def test_shares_and_sparsity_by_hand():
     np.testing.assert_allclose(sparsity(shares(w), slice(None)), [[(1.0 + 0.75) / 2]])
 
 
+def test_attack_pairs_different_labels_and_none_when_one_label():
+    y = np.array([0, 0, 1, 1, 2, 3])
+    pred = np.array([0, 0, 1, 0, 2, 0])  # correct: 0, 1, 2, 4 with labels 0, 0, 1, 2
+    a, b = attack_pairs(pred, y, 100, np.random.default_rng(0))
+    # by hand: correct labels 0,0,1,2 -> ordered different-label pairs 2·2 + 2·2 + 1·1 + 1·1 = 10
+    want = {(i, j) for i in (0, 1, 2, 4) for j in (0, 1, 2, 4) if y[i] != y[j]}
+    assert len(want) == 10 and set(zip(a.tolist(), b.tolist())) == want and len(a) == 10
+    a, b = attack_pairs(pred, y, 3, np.random.default_rng(0))
+    assert len(a) == 3 and len(set(zip(a.tolist(), b.tolist()))) == 3 and all(y[a] != y[b])
+    # a diverged model predicts label 0 everywhere: no valid pair, returns at once
+    a, b = attack_pairs(np.zeros(2000, int), np.repeat(np.arange(4), 500), 500, np.random.default_rng(0))
+    assert len(a) == len(b) == 0
+
+
 # ----------------------------------------------------------------------------- training
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, n_train=256, epochs=2, batch=32, n_test=64,
             evals_per_epoch=2, n_pairs=20)
+
+
+def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
+    """A step whose loss is NaN (as in a diverged model) ends training at the next evaluation."""
+    import importlib
+
+    tr = importlib.import_module("sims.transformer.train")  # the package re-exports train()
+
+    step = tr._step
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)  # 8 steps/epoch, evaluations every 4
+    _, hist = train(cfg, "groups", progress=False)  # control: a finite loss goes on
+    assert hist["diverged_step"] is None and hist["step"][:2] == [4, 8]  # goes past the first evaluation
+    monkeypatch.setattr(tr, "_step", lambda *a: (lambda m, o, loss: (m, o, loss * jnp.nan))(*step(*a)))
+    ckpt = str(tmp_path / "run")
+    _, hist = train(cfg, "groups", checkpoint=ckpt, progress=False)
+    assert hist["diverged_step"] == 4 and hist["step"] == [4] and hist["stopped_step"] is None
+    monkeypatch.setattr(tr, "_step", step)
+    _, again = train(cfg, "groups", checkpoint=ckpt, progress=False)  # a diverged checkpoint is final
+    assert again["diverged_step"] == 4 and again["step"] == [4]
+
+
+def test_checkpoint_of_another_config_is_not_resumed(tmp_path):
+    import json
+
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    ckpt = str(tmp_path / "run")
+    train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=4)
+    assert json.loads((tmp_path / "run.json").read_text())["config"] == cfg.to_dict()
+    _, same = train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=0)
+    assert same["step"] == [4]  # control: the same config resumes (0 new steps, history kept)
+    other = RunConfig(kernel="sigmoid", normalise=False, **{**TINY, "lr": 2e-3})
+    _, hist = train(other, "groups", checkpoint=ckpt, progress=False, stop_after=0)
+    assert hist["step"] == [] and not (tmp_path / "run.json").exists()  # stale checkpoint deleted
+    assert not list(tmp_path.iterdir())
+    train(cfg, "groups", checkpoint=ckpt, progress=False, stop_after=4)
+    _, hist = train(cfg, "induction", checkpoint=ckpt, progress=False, stop_after=0)  # other task
+    assert hist["step"] == []
 
 
 @pytest.mark.slow
@@ -237,3 +293,28 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
     cfg = sweep.run_config("softmax", True, 0, quick=True)
     x, y = _data(cfg, "induction", _seeds(cfg, "induction")[1], 1000)
     assert _accuracy(_model(cfg, "induction"), x, y, "induction") < 0.05
+
+
+def test_sweep_cli_refuses_unknown_variant(capsys):
+    from sims.transformer import sweep
+
+    with pytest.raises(SystemExit) as e:
+        sweep.main(["--variants", "softmax-norm", "nope-norm"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "nope-norm" in err and "sigmoid-raw" in err  # names the valid choices
+
+
+def test_sec4_figures_state_the_seed_deviation():
+    from sims import _sec4, flip_rate
+
+    cfg = _sec4.config(quick=True)
+    assert cfg["seeds"] == [0]
+    data = {"available": np.zeros((len(cfg["variants"]), 1), bool)}
+    assert "seed 0 only (SPEC: 0–4)" in _sec4.scale_note(cfg, data)
+    assert "only" not in _sec4.scale_note({**cfg, "seeds": [0, 1, 2, 3, 4]}, data)  # control: full set
+    V = len(cfg["variants"])
+    fake = {"available": np.zeros((V, 1), bool), "flip_rate": np.full((V, 1), -1.0),
+            "n_pairs": np.zeros((V, 1), int), "group_acc": np.full((V, 1), -1.0)}
+    out = flip_rate.summary(fake, cfg)
+    assert out["seeds"] == [0] and out["spec_seeds"] == [0, 1, 2, 3, 4]
+    assert all(out[name] is None for name in cfg["variants"])

@@ -80,12 +80,12 @@ def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m sims.transformer.sweep", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="CI scale instead of paper scale")
-    p.add_argument("--variants", nargs="*", default=None,
-                   help=f"variant names (default: all, in this order: {[variant_name(*v) for v in VARIANTS]})")
+    names = {variant_name(*v): v for v in VARIANTS}
+    p.add_argument("--variants", nargs="*", default=None, choices=sorted(names), metavar="VARIANT",
+                   help=f"variant names (default: all, in this order: {list(names)})")
     p.add_argument("--seeds", nargs="*", type=int, default=[0])
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
-    names = {variant_name(*v): v for v in VARIANTS}
     chosen = [names[n] for n in args.variants] if args.variants else list(VARIANTS)
     for v in chosen:
         for seed in args.seeds:

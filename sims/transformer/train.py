@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import time
 
@@ -28,6 +29,7 @@ import optax
 from tqdm.auto import tqdm
 
 from gradflow._errors import bad_arg
+from gradflow._validate import check_positive
 from gradflow.trajectory import atomic_write
 
 from .kernels import check_kernel
@@ -81,6 +83,12 @@ class RunConfig:
                 raise bad_arg(name, val, "a non-negative integer" if name == "seed" else "a positive integer")
         if self.n_train < self.batch:
             raise bad_arg("n_train", self.n_train, f"at least batch = {self.batch}")
+        check_positive("lr", self.lr)
+        for name in ("weight_decay", "aux_weight"):
+            val = getattr(self, name)
+            if isinstance(val, (bool, str)) or not isinstance(val, (int, float)) or not math.isfinite(val) or val < 0:
+                raise bad_arg(name, val, "a non-negative finite number")
+        check_positive("stop_acc", self.stop_acc, upper=1.0)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -182,6 +190,15 @@ def _save_checkpoint(path: str, model, opt_state, meta: dict) -> None:
             pass
 
 
+def _remove_checkpoint(path: str, meta: dict) -> None:
+    """Delete checkpoint ``path`` (its ``.json`` and the leaves file it names)."""
+    for name in (os.path.join(os.path.dirname(path), str(meta.get("leaves", ""))), path + ".json"):
+        try:
+            os.remove(name)
+        except OSError:
+            pass
+
+
 def _read_json(path: str) -> dict | None:
     try:
         with open(path) as f:
@@ -195,14 +212,16 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     """Train the ``task`` model of run ``cfg`` with AdamW; resume from ``checkpoint`` if present.
 
     **Arguments:** ``task`` ``"induction"`` or ``"groups"``; ``checkpoint`` a path stem (files
-    ``STEM.json`` and ``STEM.STEP.eqx`` are written at every evaluation) or ``None``;
+    ``STEM.json`` and ``STEM.STEP.eqx`` are written at every evaluation; a checkpoint written
+    for another ``cfg`` or ``task`` is deleted, not resumed) or ``None``;
     ``stop_after``: return after this many steps in this call (as if killed; the state of the
     last evaluation is in the checkpoint), ``None`` to run to the end.
 
     **Returns:** ``(model, history)``; ``history`` holds ``step``/``acc`` lists (test accuracy at
     each evaluation), ``steps_per_epoch``, ``above_step`` (first step of the final stretch above
     ``stop_acc``, or ``None``), ``stopped_step`` (step of the early stop, or ``None`` if the run
-    used every epoch), ``step_seconds`` (mean wall time of a training step after compilation)
+    used every epoch), ``diverged_step`` (first evaluation at which the training loss was NaN or
+    infinite, where training stopped; ``None`` otherwise), ``step_seconds`` (mean wall time of a training step after compilation)
     and ``train_seconds``.
     """
     if task not in TASKS:
@@ -217,14 +236,17 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     eval_every = max(spe // cfg.evals_per_epoch, 1)
     total = spe * cfg.epochs
     hist = {"step": [], "acc": [], "steps_per_epoch": spe, "above_step": None, "stopped_step": None,
-            "step_seconds": None, "train_seconds": 0.0}
+            "diverged_step": None, "step_seconds": None, "train_seconds": 0.0}
     step0 = 0
     meta = _read_json(checkpoint + ".json") if checkpoint else None
+    if meta is not None and (meta.get("config") != cfg.to_dict() or meta.get("task") != task):
+        _remove_checkpoint(checkpoint, meta)  # written for another run setting: never resume it
+        meta = None
     if meta is not None:
         model, opt_state = eqx.tree_deserialise_leaves(
             os.path.join(os.path.dirname(checkpoint), meta["leaves"]), (model, opt_state))
         hist, step0 = meta["history"], meta["step"]
-        if hist["stopped_step"] is not None:
+        if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
             return model, hist
 
     timed, t_timed, perm_epoch, perm = 0, 0.0, -1, None
@@ -248,6 +270,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             hist["step"].append(s + 1)
             hist["acc"].append(acc)
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{acc:.3f}")
+            if not np.isfinite(float(loss)):  # diverged: stop, and say so (its accuracy means nothing)
+                hist["diverged_step"] = s + 1
             if acc <= cfg.stop_acc:
                 hist["above_step"] = None
             elif hist["above_step"] is None:
@@ -261,8 +285,9 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
             hist["train_seconds"] += time.perf_counter() - start
             start, timed, t_timed = time.perf_counter(), 0, 0.0
             if checkpoint:
-                _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist})
-            if hist["stopped_step"] is not None:
+                _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist,
+                                                                "config": cfg.to_dict(), "task": task})
+            if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
                 break
     bar.close()
     return model, hist
@@ -306,6 +331,21 @@ def measure_induction(model, cfg: RunConfig, n_seq: int = 1000) -> dict:
     }
 
 
+def attack_pairs(pred: np.ndarray, y: np.ndarray, n_pairs: int, rng: np.random.Generator):
+    """Up to ``n_pairs`` ordered pairs ``(a, b)`` of correctly classified sequences (``pred == y``)
+    with ``y[a] != y[b]``, drawn without replacement from all such pairs.
+
+    **Returns:** two int arrays ``(a_idx, b_idx)`` of equal length ``≤ n_pairs``; both empty when no
+    such pair exists (e.g. every correct prediction has one label, as for a diverged model).
+    """
+    ok = np.flatnonzero(np.asarray(pred) == np.asarray(y))
+    a, b = np.meshgrid(ok, ok, indexing="ij")
+    diff = y[a] != y[b]
+    a, b = a[diff], b[diff]
+    pick = rng.choice(len(a), min(n_pairs, len(a)), replace=False) if len(a) else np.zeros(0, int)
+    return a[pick].astype(int), b[pick].astype(int)
+
+
 def measure_groups(model, cfg: RunConfig) -> dict:
     """Group accuracy, per-head sparsity and the one-token flip attack (SPEC §7).
 
@@ -318,15 +358,7 @@ def measure_groups(model, cfg: RunConfig) -> dict:
     pred = _predict(model, x, "groups")
     share = shares(_maps(model, x))
     top = 1 + np.argmax(share[:, -1, :, 0, 1:].mean(1), axis=-1)  # position of the top-attended token
-    rng = np.random.default_rng(cfg.seed + 7)
-    ok = np.flatnonzero(pred == y)
-    a_idx, b_idx = [], []
-    while len(a_idx) < cfg.n_pairs and len(ok) >= 2:
-        a, b = rng.choice(ok, 2, replace=False)
-        if y[a] != y[b]:
-            a_idx.append(a)
-            b_idx.append(b)
-    a_idx, b_idx = np.array(a_idx, int), np.array(b_idx, int)
+    a_idx, b_idx = attack_pairs(pred, y, cfg.n_pairs, np.random.default_rng(cfg.seed + 7))
     x_att = x[a_idx].copy()
     x_att[np.arange(len(a_idx)), top[a_idx]] = x[b_idx, top[b_idx]]
     flipped = _predict(model, x_att, "groups") != pred[a_idx]
@@ -358,7 +390,9 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True) -> dict:
                          progress=progress)
     arrays = {**measure_induction(m_ind, cfg), **measure_groups(m_grp, cfg)}
     scalars = {k: arrays.pop(k) for k in ("induction_acc", "group_acc", "flip_rate", "n_pairs")}
-    meta = {"config": cfg.to_dict(), "name": run_name(cfg), **scalars,
+    diverged = {f"diverged_{t}": h.get("diverged_step") is not None
+                for t, h in (("induction", h_ind), ("groups", h_grp))}
+    meta = {"config": cfg.to_dict(), "name": run_name(cfg), **scalars, **diverged,
             "history_induction": h_ind, "history_groups": h_grp,
             "measure_seconds": time.perf_counter() - start}
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
