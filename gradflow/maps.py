@@ -18,6 +18,7 @@ have kinks where a coordinate reaches ``0`` (adaptive solvers reject steps there
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import jax
@@ -176,7 +177,7 @@ def apply_map(
     """
     fn = get_map(normalization)
     if not isinstance(temperature, jax.core.Tracer) and jnp.ndim(temperature) == 0:
-        if isinstance(temperature, bool) or not (float(temperature) > 0 and jnp.isfinite(float(temperature))):
+        if isinstance(temperature, bool) or not (float(temperature) > 0 and math.isfinite(float(temperature))):
             raise bad_arg("temperature", temperature, "a positive finite number")
     return fn(a / temperature)
 

@@ -219,3 +219,18 @@ def test_optax_receives_float_parameters_from_integer_input():
     for name in ("V", "a", "s", "loss", "Gamma"):
         np.testing.assert_array_equal(getattr(runs[0], name), getattr(runs[1], name))
     assert runs[0].status == "ok" and float(runs[0].loss[-1]) < float(runs[0].loss[0])
+
+
+def test_apply_map_under_jit_and_hessian_with_concrete_temperature():
+    """A Python-float temperature is checked with Python math, so the map traces under jit and
+    jax.hessian (the gd-vs-flow figure's use); the NumPy softmax is the reference."""
+    import jax
+    import jax.numpy as jnp
+
+    from gradflow.maps import apply_map
+
+    a = np.array([0.3, -1.2, 2.0])
+    f = jax.jit(lambda z: jnp.sum(apply_map(z, "softmax", 2.0) ** 2))
+    w = np.exp(a / 2.0) / np.exp(a / 2.0).sum()
+    np.testing.assert_allclose(float(f(a)), float(np.sum(w**2)), rtol=1e-12)
+    assert np.all(np.isfinite(np.asarray(jax.jit(jax.hessian(f))(a))))
