@@ -36,6 +36,15 @@ def seed_note(cfg: dict) -> dict:
     return {"seeds": list(cfg["seeds"]), "spec_seeds": list(SPEC_SEEDS)}
 
 
+def figure(id: str, title: str, plot, summary):
+    """The registry entry of a Sec. 4 figure: the shared :func:`config` and :func:`compute`,
+    hours-long at paper scale, and ``summary`` with :func:`seed_note` merged in."""
+    from ._registry import Figure
+
+    return Figure(id=id, title=title, config=config, compute=compute, plot=plot,
+                  summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True)
+
+
 def _train_missing(quick: bool) -> bool:
     return quick or os.environ.get("GRADFLOW_SEC4_TRAIN", "1") != "0"
 

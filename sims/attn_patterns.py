@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sec4, style
-from ._registry import Figure
 
 SHOWN = ("softmax-norm", "sigmoid-raw", "linear-raw")
 
@@ -70,17 +69,10 @@ def _summary(data: dict, cfg: dict) -> dict:
     return out
 
 
-def summary(data: dict, cfg: dict) -> dict:
-    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
-    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
-
-FIGURE = Figure(
-    id="attn-patterns",
-    title="Learned layer-2 attention maps (softmax, sigmoid, linear) on one induction sequence",
-    config=_sec4.config,
-    compute=_sec4.compute,
-    plot=plot,
-    summary=summary,
-    long_paper_scale=True,
+FIGURE = _sec4.figure(
+    "attn-patterns",
+    "Learned layer-2 attention maps (softmax, sigmoid, linear) on one induction sequence",
+    plot,
+    _summary,
 )

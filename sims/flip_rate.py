@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sec4, style
-from ._registry import Figure
 
 
 def plot(data: dict, cfg: dict):
@@ -38,17 +37,10 @@ def _summary(data: dict, cfg: dict) -> dict:
             for i, name in enumerate(cfg["variants"])}
 
 
-def summary(data: dict, cfg: dict) -> dict:
-    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
-    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
-
-FIGURE = Figure(
-    id="flip-rate",
-    title="Sec. 4.2: flip rate of the one-token attack on the group task, per kernel",
-    config=_sec4.config,
-    compute=_sec4.compute,
-    plot=plot,
-    summary=summary,
-    long_paper_scale=True,
+FIGURE = _sec4.figure(
+    "flip-rate",
+    "Sec. 4.2: flip rate of the one-token attack on the group task, per kernel",
+    plot,
+    _summary,
 )

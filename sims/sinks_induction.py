@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sec4, style
-from ._registry import Figure
 
 
 def plot(data: dict, cfg: dict):
@@ -52,17 +51,10 @@ def _summary(data: dict, cfg: dict) -> dict:
             for i, name in enumerate(cfg["variants"])}
 
 
-def summary(data: dict, cfg: dict) -> dict:
-    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
-    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
-
-FIGURE = Figure(
-    id="sinks-induction",
-    title="Sec. 4.1: % attention-sink heads (BOS share > 0.9, layer 2) per kernel, with/without normalisation",
-    config=_sec4.config,
-    compute=_sec4.compute,
-    plot=plot,
-    summary=summary,
-    long_paper_scale=True,
+FIGURE = _sec4.figure(
+    "sinks-induction",
+    "Sec. 4.1: % attention-sink heads (BOS share > 0.9, layer 2) per kernel, with/without normalisation",
+    plot,
+    _summary,
 )

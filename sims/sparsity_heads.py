@@ -11,7 +11,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import _sec4, style
-from ._registry import Figure
 
 
 def _scores(data: dict, i: int) -> np.ndarray:
@@ -70,17 +69,10 @@ def _summary(data: dict, cfg: dict) -> dict:
     return out
 
 
-def summary(data: dict, cfg: dict) -> dict:
-    """Per-variant numbers, plus the seeds run vs. those SPEC §7 asks for."""
-    return {**_sec4.seed_note(cfg), **_summary(data, cfg)}
 
-
-FIGURE = Figure(
-    id="sparsity-heads",
-    title="Per-head sparsity scores: softmax vs sigmoid w/o norm histogram, every variant (Fig. 7 analogue)",
-    config=_sec4.config,
-    compute=_sec4.compute,
-    plot=plot,
-    summary=summary,
-    long_paper_scale=True,
+FIGURE = _sec4.figure(
+    "sparsity-heads",
+    "Per-head sparsity scores: softmax vs sigmoid w/o norm histogram, every variant (Fig. 7 analogue)",
+    plot,
+    _summary,
 )

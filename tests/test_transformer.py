@@ -315,6 +315,6 @@ def test_sec4_figures_state_the_seed_deviation():
     V = len(cfg["variants"])
     fake = {"available": np.zeros((V, 1), bool), "flip_rate": np.full((V, 1), -1.0),
             "n_pairs": np.zeros((V, 1), int), "group_acc": np.full((V, 1), -1.0)}
-    out = flip_rate.summary(fake, cfg)
+    out = flip_rate.FIGURE.summary(fake, cfg)
     assert out["seeds"] == [0] and out["spec_seeds"] == [0, 1, 2, 3, 4]
     assert all(out[name] is None for name in cfg["variants"])
