@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import diffrax
 import equinox as eqx
+import equinox._errors as _eqx_errors
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -217,20 +219,52 @@ def _solve_jit(model, loss, y0, tau0, taus, rtol, atol, solver_name, max_steps, 
     return _per_lane(fn, loss_batched, 2)(loss, y0, tau0)
 
 
-@eqx.filter_jit
-def _finish_jit(model, loss, state, y0, taus, t1_exact, loss_batched):
+def _finish_all(model, loss, state, y0, taus, t1_exact, loss_batched, keep, lane):
+    """The result arrays of all lanes: :func:`_finish` per lane, the first ``keep`` save points
+    (``taus`` may carry an extra end point), lane ``lane`` only if it is not ``None``."""
     fn = lambda l, y, v, y_0, ye, c: _finish(model, l, y, v, y_0, ye, c)
     reached = state["reached"] | (taus == 0)  # t = 0 is the initial state itself
     res = _per_lane(fn, loss_batched, 5)(loss, state["ys"], reached, y0, state["y_end"], state["code"])
     tau_end = state["tau_end"]
     t_end = jnp.where(tau_end == taus[-1], t1_exact, jnp.expm1(tau_end))
     res.update(num_steps=state["num_steps"], t_end=t_end, t_steady=jnp.expm1(state["tau_steady"]))
-    return res
+    res = {k: (v[:, :keep] if k in _TIME_AXIS_KEYS and v is not None else v) for k, v in res.items()}
+    return res if lane is None else jax.tree.map(lambda x: x[lane], res)
+
+
+_finish_jit = eqx.filter_jit(_finish_all)
+
+
+@eqx.filter_jit
+def _first_round(model, loss, V0, a0, taus, t1_exact, rtol, atol, solver_name, steps, loss_batched, keep, lane):
+    """The first round of every lane, fused with the set-up and the finish into one compiled
+    call: most runs end in their first round, and then this is the only dispatch of a solve
+    (per-call overhead matters next to a 37-step solve of a few milliseconds). Returns the
+    solve state (for further rounds if a lane is still running) and the finished result."""
+    y0, state = _initial_state(V0, a0, taus)
+    out = _solve_jit(model, loss, state["y_end"], state["tau_end"], taus, rtol, atol, solver_name, steps, loss_batched)
+    lanes = jnp.arange(V0.shape[0])
+    state = _merge(state, out, lanes, lanes)
+    return state, _finish_all(model, loss, state, y0, taus, t1_exact, loss_batched, keep, lane)
 
 
 def _per_lane(fn, loss_batched, n_lane_args):
-    """``fn(loss, *lane_args)`` vmapped over lanes (over the loss too if it is stacked)."""
-    return eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None,) + (0,) * n_lane_args)
+    """``fn(loss, *lane_args)`` vmapped over lanes (over the loss too if it is stacked).
+
+    A single lane (``simulate``, or the last pending lane of a batch) is not vmapped but
+    computed directly and given its lane axis back: tracing a batched diffrax while loop
+    costs about twice the time of the plain one (a cold process pays it), and the batched
+    loop's per-step masking costs time too."""
+    vmapped = eqx.filter_vmap(fn, in_axes=(0 if loss_batched else None,) + (0,) * n_lane_args)
+
+    def call(loss, *lane_args):
+        if {x.shape[0] for x in jax.tree.leaves(lane_args)} != {1}:
+            return vmapped(loss, *lane_args)
+        take = lambda tree: jax.tree.map(lambda x: x[0], tree)
+        out = fn(take(loss) if loss_batched else loss, *take(lane_args))
+        return jax.tree.map(lambda x: jnp.asarray(x)[None], out)
+
+    return call
 
 
 ROUND_STEPS = 512
@@ -320,29 +354,68 @@ def _initial_state(V0, a0, taus):
     return y0, state
 
 
-def _run(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices) -> dict:
+@contextlib.contextmanager
+def _cacheable():
+    """Trace the solves with equinox's ``on_error="nan"`` instead of a host callback.
+
+    diffrax checks the (traced) save times with ``eqx.error_if`` — increasing, inside
+    ``[t0, t1]`` — and equinox implements a raising check with a host callback; JAX never
+    writes a computation with host callbacks to the persistent compilation cache, so every
+    new process would recompile the solve. gradflow checks ``ts`` on the host before the solve
+    (:func:`gradflow._validate.check_times`) and clips the save times into ``[t0, t1]``, so
+    these checks cannot fire; with ``"nan"`` they compile to a ``cond`` and the executable
+    can be cached. (equinox reads its module global ``EQX_ON_ERROR`` when a check is traced;
+    it is restored afterwards.)"""
+    old = _eqx_errors.EQX_ON_ERROR
+    _eqx_errors.EQX_ON_ERROR = "nan"
+    try:
+        yield
+    finally:
+        _eqx_errors.EQX_ON_ERROR = old
+
+
+def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices,
+         keep, lane=None) -> dict:
     """Solve ``B`` lanes (leading axis of ``V0``, ``a0``) in rounds (:data:`ROUND_STEPS`),
-    switching explicit → implicit for ``auto`` on stiff losses, then finish."""
-    y0, state = _initial_state(V0, a0, taus)
-    rtol, atol = jnp.asarray(rtol), jnp.asarray(atol)
+    switching explicit → implicit for ``auto`` on stiff losses, then finish (the first
+    ``keep`` save points; lane ``lane`` only, if given)."""
+    rtol, atol, t1_exact = np.asarray(rtol), np.asarray(atol), np.asarray(t1_exact)
     if name == AUTO_STIFF:  # the explicit solver's budget, then implicit for lanes that exhaust it
         explicit = min(EXPLICIT_BUDGET, max_steps)
         phases = [("dopri8", explicit), ("kvaerno5", max_steps - explicit)]
     else:
         phases = [(name, max_steps)]
-    for solver_name, budget in phases:
-        used = 0
+    B, per_solve = V0.shape[0], LANES_PER_SOLVE * len(devices)
+    first_name, first_budget = phases[0]
+    if B <= per_solve and B % len(devices) == 0:  # the common case: one fused call
+        steps = min(ROUND_STEPS, first_budget)
+        lane_loss = _place(loss, devices) if loss_batched else loss
+        state, res = _first_round(model, lane_loss, _place(V0, devices), _place(a0, devices), taus, t1_exact,
+                                  rtol, atol, first_name, steps, loss_batched, keep, lane)
+        if not np.any(np.asarray(state["code"]) == 1):
+            return res
+        done = {0: steps}  # steps of phase 0 already used
+    else:
+        state, done = _initial_state(V0, a0, taus)[1], {}
+    for i, (solver_name, budget) in enumerate(phases):
+        used = done.get(i, 0)
         while used < budget:
             pending = np.flatnonzero(np.asarray(state["code"]) == 1)
             if pending.size == 0:
                 break
             steps = min(ROUND_STEPS, budget - used)
-            per_solve = LANES_PER_SOLVE * len(devices)
             for lo in range(0, pending.size, per_solve):
                 piece = pending[lo : lo + per_solve]
                 state = _round(model, loss, state, piece, taus, rtol, atol, solver_name, steps, loss_batched, devices)
             used += steps
-    return _finish_jit(model, loss, state, y0, taus, jnp.asarray(t1_exact), loss_batched)
+    y0 = (V0, a0, jnp.zeros(V0.shape[:1], V0.dtype))
+    return _finish_jit(model, loss, state, y0, taus, t1_exact, loss_batched, keep, lane)
+
+
+def _run(*args, **kwargs) -> dict:
+    """:func:`_run_rounds` with the solves traced as in :func:`_cacheable`."""
+    with _cacheable():
+        return _run_rounds(*args, **kwargs)
 
 
 _TIME_AXIS_KEYS = ("V", "a", "s", "Gamma", "valid", "loss", "entropy", "u")
@@ -430,8 +503,8 @@ def simulate(
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, loss)
-    out = _run(mdl, loss, V0[None], a0[None], taus, t1, rtol, atol, name, max_steps, False, jax.devices()[:1])
-    out = _gather(out, 0)
+    out = _run(mdl, loss, V0[None], a0[None], taus, t1, rtol, atol, name, max_steps, False, jax.devices()[:1],
+               keep=len(ts), lane=0)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
@@ -460,7 +533,7 @@ def _taus(ts: np.ndarray, t1: float) -> Array:
     taus = np.log1p(ts)
     if ts[-1] != t1:
         taus = np.concatenate([taus, [np.log1p(t1)]])
-    return jnp.asarray(taus)
+    return taus
 
 
 def simulate_batch(
@@ -515,5 +588,5 @@ def simulate_batch(
         stacked = loss
     t1, ts, taus, rtol, atol, max_steps, name = _check_solve(t1, ts, rtol, atol, max_steps, solver, first)
     devices = _check_devices(devices)
-    out = _run(mdl, stacked, V0s, a0s, taus, t1, rtol, atol, name, max_steps, loss_batched, devices)
+    out = _run(mdl, stacked, V0s, a0s, taus, t1, rtol, atol, name, max_steps, loss_batched, devices, keep=len(ts))
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

@@ -41,12 +41,15 @@ def working_dtype():
     return jnp.result_type(float)
 
 
-def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, accepted: str | None = None) -> Array:
+def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, accepted: str | None = None,
+                   host: bool = False) -> Array:
     """Convert ``x`` to a finite floating JAX array, or raise a clear error.
 
     Integer, boolean and float32 inputs are cast to ``dtype`` (default float64), so their results
     are identical to passing the same values as float64. ``accepted`` overrides the
-    "finite values" wording of the non-finite error (e.g. :data:`LOGITS_HINT`).
+    "finite values" wording of the non-finite error (e.g. :data:`LOGITS_HINT`). ``host=True``
+    returns a NumPy array instead (of the dtype JAX would use): arrays that go straight into a
+    jitted call are transferred with it, which saves a separate transfer per argument.
 
     **Raises:** :class:`gradflow.GradflowValueError` if ``x`` is not a real numeric array, has
     the wrong number of dimensions, or holds NaN/inf.
@@ -70,6 +73,8 @@ def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, acc
             raise bad_arg(name, x, accepted or "finite values (no NaN or inf)")
     if ndim is not None and arr.ndim != ndim:
         raise bad_arg(f"{name}.shape", tuple(arr.shape), f"an array with {ndim} dimension(s)")
+    if host and not isinstance(arr, jax.core.Tracer):
+        return np.asarray(arr, dtype=jnp.dtype(jax.dtypes.canonicalize_dtype(dtype)))
     return jnp.asarray(arr, dtype=dtype)
 
 
@@ -154,7 +159,7 @@ def check_time_resolution(name: str, horizon: float, dtype=None) -> None:
 def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
     """Validate ``loss``, the model settings and the initial arrays of one run (or a batch).
 
-    Returns ``(model, V0, a0)`` with the arrays as float64 JAX arrays.
+    Returns ``(model, V0, a0)`` with the arrays as float64 NumPy arrays (JAX tracers stay tracers).
 
     **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a gradflow loss,
     unknown model/normalisation names, a bad temperature, non-numeric or non-finite arrays,
@@ -167,8 +172,8 @@ def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
         raise bad_arg("loss", loss, "a gradflow loss (LogisticTeacher, SquareLoss, SoftTargetCrossEntropy)")
     mdl = get_model(model, normalization, temperature)
     v_name, a_name = ("V0s", "a0s") if batch else ("V0", "a0")
-    V0 = as_float_array(v_name, V0)
-    a0 = as_float_array(a_name, a0, accepted=LOGITS_HINT)
+    V0 = as_float_array(v_name, V0, host=True)
+    a0 = as_float_array(a_name, a0, accepted=LOGITS_HINT, host=True)
     if batch:
         if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0]:
             raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
@@ -177,7 +182,7 @@ def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
         mdl.check_shapes(V0[0], a0[0], loss)
     else:
         mdl.check_shapes(V0, a0, loss)
-    if not bool(_weights_finite(mdl, V0, a0, batch)):
+    if not _total(mdl) and not bool(_weights_finite(mdl, V0, a0, batch)):
         raise bad_arg(
             a_name,
             np.asarray(a0),
@@ -185,6 +190,22 @@ def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
             "the smooth maps softmax, sigmoid, sigmoid-norm and elu-norm are defined everywhere)",
         )
     return mdl, V0, a0
+
+
+TOTAL_MAPS = frozenset({"softmax", "sigmoid", "elu", "linear", "sparsemax"})
+"""Maps whose weights are finite for every finite logit vector at temperature 1 (softmax is
+computed shifted by its maximum). Not ``sigmoid-norm`` or ``elu-norm``: their terms underflow
+to 0 for logits below about −745, and the denominator with them.)"""
+
+
+def _total(model) -> bool:
+    """Whether finite initial logits are enough for finite weights (skips a compiled check,
+    which costs a dispatch and a device sync per run): the model's logits are ``a`` itself,
+    the map is in :data:`TOTAL_MAPS` and the temperature is 1 (``a / T`` can overflow)."""
+    from .models import AbstractModel
+
+    return (type(model).logits is AbstractModel.logits and model.normalization in TOTAL_MAPS
+            and float(model.temperature) == 1.0)
 
 
 @eqx.filter_jit

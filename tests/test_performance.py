@@ -128,3 +128,36 @@ def test_sweep_on_simulated_devices_equals_one_device():
     # adaptive steps pass last-digit differences on: equal far inside the tolerance (rtol 1e-8)
     assert res["diff"] <= 1e-8, res
     assert res["diff_control"] > 1e-7, res
+
+
+_CACHE_SCRIPT = r"""
+import contextlib, os, sys
+import numpy as np
+import gradflow
+from gradflow import _simulate
+if sys.argv[2] == "control":  # trace with equinox's default raising checks (host callbacks)
+    _simulate._cacheable = contextlib.nullcontext
+gradflow.enable_compilation_cache(sys.argv[1])
+rng = np.random.RandomState(0)
+traj = gradflow.simulate(gradflow.LogisticTeacher(rng.randn(3)), 0.1 * rng.randn(3, 3), np.zeros(3), t1=1e6,
+                         ts=np.geomspace(1e-3, 1e6, 13))
+assert traj.ok
+print(" ".join(sorted(os.listdir(sys.argv[1]))))
+"""
+
+
+def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
+    """diffrax checks save times with ``eqx.error_if``, a host callback by default, and JAX never
+    caches a computation with host callbacks: the solve traced under ``_cacheable`` is cached
+    (a second cold process loads it instead of compiling), the control without it is not."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k != "GRADFLOW_NO_CACHE"}
+    listed = {}
+    for mode in ("cacheable", "control"):
+        folder = tmp_path / mode
+        out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, str(folder), mode], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        listed[mode] = out.stdout.split()
+    assert any(name.startswith("jit__first_round") for name in listed["cacheable"]), listed
+    assert not any(name.startswith("jit__first_round") for name in listed["control"]), listed
