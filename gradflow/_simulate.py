@@ -430,7 +430,7 @@ def _trajectory(out: dict, ts: np.ndarray, meta: dict, batch_shape=()) -> Trajec
             key: (jax.lax.slice_in_dim(val, 0, n, axis=axis) if key in _TIME_AXIS_KEYS else val)
             for key, val in out.items()
         }
-    t = jnp.broadcast_to(jnp.asarray(ts), batch_shape + ts.shape)
+    t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
     return Trajectory(t=t, meta=tuple(sorted(meta.items())), **out)
 
 
