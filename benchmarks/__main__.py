@@ -378,12 +378,18 @@ def report(res, cmd, quick, elapsed) -> str:
             parts.append(f"rtol {rtol:g}: gradflow {g['time_s'] * 1e3:.1f} ms, diffrax alone {b['time_s'] * 1e3:.1f} ms "
                          f"({best['time_s'] / b['time_s']:.1f}× faster than {best['method']})")
         per_step = bare_rows[max(bare_rows)]["time_s"] / bare_rows[max(bare_rows)]["steps"] * 1e6
-        L.append("- SciPy, one small trajectory: the floor is the solver itself. A bare jitted `diffeqsolve` of the same "
-                 "field (row \"" + BARE + "\" below) costs " + "; ".join(parts) + f". At n = d = 8 a Dopri8 step costs "
-                 f"about {per_step:.0f} µs on XLA:CPU (12 field evaluations, each a few dozen tiny kernels whose launch "
-                 "overhead dominates), so 10× over SciPy's LSODA is out of reach for one 8 × 8 trajectory; the rest of gradflow's time is "
-                 "the per-call work around the solve (input checks, status and failure detection, metrics). The advantage appears "
-                 f"with work per call: {seeds['B']} seeds run {seeds['scipy_extrapolated_s'] / seeds['batch_s']:.0f}× faster than a SciPy loop.")
+        floor_ok = all(eq[r]["time_s"] / bare_rows[r]["time_s"] >= 10 for r in missed)
+        extra = [g_rows[r]["time_s"] - bare_rows[r]["time_s"] for r in missed]
+        L.append("- SciPy, one small trajectory: a bare jitted `diffeqsolve` of the same field with the same solver "
+                 "(row \"" + BARE + "\" below) costs " + "; ".join(parts) + ". "
+                 + (f"The solver itself clears 10×; gradflow's work around it — input checks, the failure and steady-state "
+                    f"events and status, metrics at every save point, the `Trajectory` — adds {min(extra) * 1e3:.1f}–"
+                    f"{max(extra) * 1e3:.1f} ms per call, which is what takes it below 10×. "
+                    if floor_ok else
+                    "Even the bare solver is below 10× here, so no amount of work around it would reach the target. ")
+                 + f"A Dopri8 step of this n = d = 8 problem costs about {per_step:.0f} µs on XLA:CPU (12 field "
+                 "evaluations of a few dozen tiny kernels each). The advantage grows with work per call: "
+                 f"{seeds['B']} seeds run {seeds['scipy_extrapolated_s'] / seeds['batch_s']:.0f}× faster than a SciPy loop.")
     if L[-1] == "":
         L.append("- none")
     L += ["", f"## Fig. 2 data to t = {f2['t1']:g} ({f2['points']} save points): gradflow vs the authors' NumPy GD loop", "",

@@ -385,18 +385,40 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
         phases = [("dopri8", explicit), ("kvaerno5", max_steps - explicit)]
     else:
         phases = [(name, max_steps)]
-    B, per_solve = V0.shape[0], LANES_PER_SOLVE * len(devices)
+    B, n_dev = V0.shape[0], len(devices)
+    per_solve = LANES_PER_SOLVE * n_dev
     first_name, first_budget = phases[0]
-    if B <= per_solve and B % len(devices) == 0:  # the common case: one fused call
-        steps = min(ROUND_STEPS, first_budget)
-        lane_loss = _place(loss, devices) if loss_batched else loss
-        state, res = _first_round(model, lane_loss, _place(V0, devices), _place(a0, devices), taus, t1_exact,
-                                  rtol, atol, first_name, steps, loss_batched, keep, lane)
-        if not np.any(np.asarray(state["code"]) == 1):
-            return res
-        done = {0: steps}  # steps of phase 0 already used
-    else:
-        state, done = _initial_state(V0, a0, taus)[1], {}
+    steps = min(ROUND_STEPS, first_budget)
+    # First round: the lanes in chunks of at most ``per_solve`` (padded to a multiple of the
+    # device count by repeating the chunk's first lane), each chunk one fused call
+    # (set-up, solve, finish). Most runs end here; their results are only concatenated. Merging
+    # each chunk into one state of all B lanes instead would copy that state once per chunk.
+    size = min(-(-B // n_dev) * n_dev, per_solve)
+    starts = range(0, B, size)
+    states, results, kept = [], [], []
+    for lo in starts:
+        real = min(size, B - lo)
+        idx = np.concatenate([np.arange(lo, lo + real), np.full(size - real, lo)])
+        whole = real == B and size == B
+        pick = (lambda x: x) if whole else (lambda x: x[idx])
+        chunk_loss = _place(jax.tree.map(pick, loss), devices) if loss_batched else loss
+        state_c, res_c = _first_round(model, chunk_loss, _place(pick(V0), devices), _place(pick(a0), devices), taus,
+                                      t1_exact, rtol, atol, first_name, steps, loss_batched, keep,
+                                      lane if whole else None)
+        states.append(state_c)
+        results.append(res_c)
+        kept.append(real)
+    codes = np.concatenate([np.asarray(st["code"])[:k] for st, k in zip(states, kept)])
+    done = {0: steps}  # steps of phase 0 already used
+    join = lambda parts: jax.tree.map(
+        lambda *xs: xs[0] if len(xs) == 1 and xs[0].shape[0] == kept[0] else jnp.concatenate(
+            [x[:k] for x, k in zip(xs, kept)]), *parts)
+    if not np.any(codes == 1):
+        if len(results) == 1 and kept[0] == size == B:
+            return results[0]  # lane already selected inside the call
+        res = join(results)
+        return res if lane is None else jax.tree.map(lambda x: x[lane], res)
+    state = join(states)
     for i, (solver_name, budget) in enumerate(phases):
         used = done.get(i, 0)
         while used < budget:

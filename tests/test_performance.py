@@ -161,3 +161,27 @@ def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
         listed[mode] = out.stdout.split()
     assert any(name.startswith("jit__first_round") for name in listed["cacheable"]), listed
     assert not any(name.startswith("jit__first_round") for name in listed["control"]), listed
+
+
+def test_first_round_in_chunks_equals_one_solve(monkeypatch):
+    """More lanes than one solve takes: the first round runs in chunks (the last one padded),
+    whose results are concatenated, and lanes still running continue in later rounds. Same
+    statuses, steps and numbers as all lanes in one solve (control: a lane order swap is seen)."""
+    rng = np.random.RandomState(3)
+    n = 4
+    V0s = np.stack([s * rng.randn(n, n) for s in [0.1, 100.0, 0.1, 30.0, 0.1]])
+    a0s = np.zeros((5, n))
+    losses = [gradflow.LogisticTeacher(b / np.linalg.norm(b)) for b in rng.randn(5, n)]
+    ts = np.geomspace(1e-2, 1e10, 11)
+    whole = gradflow.simulate_batch(losses, V0s, a0s, t1=1e10, ts=ts)
+    monkeypatch.setattr(_simulate, "LANES_PER_SOLVE", 2)
+    monkeypatch.setattr(_simulate, "ROUND_STEPS", int(np.sort(np.asarray(whole.num_steps))[-2]) - 1)
+    chunked = gradflow.simulate_batch(losses, V0s, a0s, t1=1e10, ts=ts)
+    assert chunked.status == whole.status == ["ok"] * 5
+    assert chunked.V.shape == whole.V.shape == (5, 11, n, n)
+    slow = np.asarray(whole.num_steps) > _simulate.ROUND_STEPS
+    assert 1 <= slow.sum() < 5  # some lanes (not all) went on to a second round
+    np.testing.assert_array_equal(np.asarray(chunked.num_steps)[~slow], np.asarray(whole.num_steps)[~slow])
+    np.testing.assert_allclose(chunked.a, whole.a, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(chunked.Gamma, whole.Gamma, rtol=1e-6)
+    assert np.max(np.abs(np.asarray(chunked.a)[[1, 0]] - np.asarray(whole.a)[[0, 1]])) > 1e-3  # control
