@@ -115,12 +115,12 @@ def bench_fig2(q, R):
     gd_time, (Vg, ag) = timed(lambda: authors_gd(V0, a0, bs, 0.1, iters, record), 1)
     loss = gradflow.LogisticTeacher(bs)
     flow(loss, V0, a0, t1=float(ts[-1]), ts=ts, rtol=1e-10, atol=1e-12)  # compile
-    warm, traj = timed(lambda: flow(loss, V0, a0, t1=float(ts[-1]), ts=ts, rtol=1e-10, atol=1e-12), R(5))
+    warm, traj = timed(lambda: flow(loss, V0, a0, t1=float(ts[-1]), ts=ts, rtol=1e-10, atol=1e-12), R(20))
     gd_vs_flow = float(np.max(np.abs(ag - np.asarray(traj.a))))
     cache = tempfile.mkdtemp(prefix="gradflow-bench-cache-")
     first = cold_run(cache, iters)  # empty cache: compiles and writes
-    nocache = [cold_run("none", iters) for _ in range(R(2) - 1)] or [first]  # --quick: the first run stands in
-    cached = [cold_run(cache, iters) for _ in range(R(2))]
+    nocache = [cold_run("none", iters) for _ in range(R(3))]
+    cached = [cold_run(cache, iters) for _ in range(R(3))]
     med = lambda runs, key: float(np.median([r[key] for r in runs]))
     return dict(
         iters=iters, t1=float(ts[-1]), points=len(ts), gd_s=gd_time, warm_s=warm, steps=int(traj.num_steps),
@@ -128,7 +128,7 @@ def bench_fig2(q, R):
         cold_nocache_s=med(nocache, "wall_s"), cold_first_s=first["wall_s"], cold_cached_s=med(cached, "wall_s"),
         import_s=med(nocache, "import_s"), first_misses=first["cache_misses"], first_hits=first["cache_hits"],
         cached_hits=cached[-1]["cache_hits"], cached_misses=cached[-1]["cache_misses"],
-        repeats_cold=len(nocache), repeats_warm=R(5),
+        repeats_cold=len(nocache), repeats_warm=R(20),
     )
 
 
@@ -175,15 +175,16 @@ def bench_tolerances(q, R):
     rows = []
     for rtol in q((1e-8, 1e-10, 1e-11), (1e-8, 1e-11)):
         flow(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=rtol / 100)
-        t, traj = timed(lambda: flow(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=rtol / 100), R(5))
+        t, traj = timed(lambda: flow(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=rtol / 100), R(50))
         rows.append(dict(method="gradflow (Dopri8)", rtol=rtol, time_s=t, steps=int(traj.num_steps), nfev=None, error=err(traj.a)))
         bare(rtol, rtol / 100)
-        t, (a, steps) = timed(lambda: bare(rtol, rtol / 100), R(5))
+        t, (a, steps) = timed(lambda: bare(rtol, rtol / 100), R(50))
         rows.append(dict(method=BARE, rtol=rtol, time_s=t, steps=steps, nfev=None, error=err(a)))
         for method in q(("DOP853", "LSODA", "Radau"), ("DOP853", "LSODA")):
             once, (a, nfev) = timed(lambda: scipy_flow(V0, a0, bs, ts, method, rtol, rtol / 100), 1)
-            if once < 2.0 and R(3) > 1:
-                once, (a, nfev) = timed(lambda: scipy_flow(V0, a0, bs, ts, method, rtol, rtol / 100), R(3))
+            if once < 2.0 and R(3) > 1:  # millisecond runs: many repeats, the median is then stable
+                once, (a, nfev) = timed(lambda: scipy_flow(V0, a0, bs, ts, method, rtol, rtol / 100),
+                                        R(15) if once < 0.2 else R(3))
             rows.append(dict(method=f"SciPy {method}", rtol=rtol, time_s=once, steps=None, nfev=nfev, error=err(a)))
     return rows
 
@@ -410,7 +411,7 @@ def report(res, cmd, quick, elapsed) -> str:
           "Error: max over 41 save points of |a − a_ref| (logits, absolute; |a| reaches ~25) against SciPy DOP853 at "
           "rtol 1e-13, atol 1e-15. SciPy integrates the same log-time system with the NumPy field of "
           "`tests/reference.py` (γ by `expit`); it reports field evaluations (nfev), gradflow steps (Dopri8: 12 evaluations per step, "
-          "rejected steps included). gradflow warm, 5 repeats; SciPy 3 repeats when a run takes < 2 s, else 1.", "",
+          "rejected steps included). gradflow and diffrax alone warm, 50 repeats; SciPy 15 repeats when a run takes < 0.2 s, 3 when < 2 s, else 1.", "",
           "| method | rtol | time (s) | steps | nfev | error |", "|---|---|---|---|---|---|"]
     for r in tol:
         L.append(f"| {r['method']} | {r['rtol']:g} | {r['time_s']:.4f} | {fmt(r['steps'])} | {fmt(r['nfev'])} | {r['error']:.1e} |")
