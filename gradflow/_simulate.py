@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Sequence
 
 import diffrax
@@ -354,6 +355,16 @@ def _initial_state(V0, a0, taus):
     return y0, state
 
 
+_CACHEABLE_LOCK = threading.RLock()
+
+
+def _nan_on_error(x, pred, index, msgs, *, on_error):
+    """Stand-in for equinox's jitted check while gradflow traces a solve: a ``"default"`` check
+    becomes ``"nan"`` (explicit ``on_error`` values are kept); traced inline, not through
+    equinox's own jit cache, so nothing outlives :func:`_cacheable`."""
+    return _eqx_errors.branched_error_if_impl(x, pred, index, msgs, on_error="nan" if on_error == "default" else on_error)
+
+
 @contextlib.contextmanager
 def _cacheable():
     """Trace the solves with equinox's ``on_error="nan"`` instead of a host callback.
@@ -364,14 +375,17 @@ def _cacheable():
     new process would recompile the solve. gradflow checks ``ts`` on the host before the solve
     (:func:`gradflow._validate.check_times`) and clips the save times into ``[t0, t1]``, so
     these checks cannot fire; with ``"nan"`` they compile to a ``cond`` and the executable
-    can be cached. (equinox reads its module global ``EQX_ON_ERROR`` when a check is traced;
-    it is restored afterwards.)"""
-    old = _eqx_errors.EQX_ON_ERROR
-    _eqx_errors.EQX_ON_ERROR = "nan"
-    try:
-        yield
-    finally:
-        _eqx_errors.EQX_ON_ERROR = old
+    can be cached. Inside this context equinox's jitted check (a module global it looks up
+    at each call) is replaced by :func:`_nan_on_error`; it is restored afterwards, under a
+    lock, so concurrent gradflow calls from several threads do not interleave the swap. A
+    check in a user's own code traced by another thread meanwhile would also get ``"nan"``."""
+    with _CACHEABLE_LOCK:
+        old = _eqx_errors.branched_error_if_impl_jit
+        _eqx_errors.branched_error_if_impl_jit = _nan_on_error
+        try:
+            yield
+        finally:
+            _eqx_errors.branched_error_if_impl_jit = old
 
 
 def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices,
@@ -389,8 +403,9 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
     per_solve = LANES_PER_SOLVE * n_dev
     first_name, first_budget = phases[0]
     steps = min(ROUND_STEPS, first_budget)
-    # First round: the lanes in chunks of at most ``per_solve`` (padded to a multiple of the
-    # device count by repeating the chunk's first lane), each chunk one fused call
+    # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
+    # power of two, every chunk to a multiple of the device count, by repeating the chunk's
+    # first lane), each chunk one fused call
     # (set-up, solve, finish). Most runs end here; their results are only concatenated. Merging
     # each chunk into one state of all B lanes instead would copy that state once per chunk.
     size = min(-(-B // n_dev) * n_dev, per_solve)
@@ -398,8 +413,12 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
     states, results, kept = [], [], []
     for lo in starts:
         real = min(size, B - lo)
-        idx = np.concatenate([np.arange(lo, lo + real), np.full(size - real, lo)])
-        whole = real == B and size == B
+        if len(starts) > 1 and real < size:  # a short last chunk: a power of two, as in later rounds
+            csize = min(-(-(1 << (real - 1).bit_length()) // n_dev) * n_dev, size)
+        else:
+            csize = size
+        idx = np.concatenate([np.arange(lo, lo + real), np.full(csize - real, lo)])
+        whole = real == B and csize == B
         pick = (lambda x: x) if whole else (lambda x: x[idx])
         chunk_loss = _place(jax.tree.map(pick, loss), devices) if loss_batched else loss
         state_c, res_c = _first_round(model, chunk_loss, _place(pick(V0), devices), _place(pick(a0), devices), taus,
@@ -414,11 +433,12 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
         lambda *xs: xs[0] if len(xs) == 1 and xs[0].shape[0] == kept[0] else jnp.concatenate(
             [x[:k] for x, k in zip(xs, kept)]), *parts)
     if not np.any(codes == 1):
-        if len(results) == 1 and kept[0] == size == B:
-            return results[0]  # lane already selected inside the call
+        if len(results) == 1 and whole:
+            return results[0]  # one unpadded chunk: lane and save points already selected inside the call
         res = join(results)
         return res if lane is None else jax.tree.map(lambda x: x[lane], res)
     state = join(states)
+    del states, results  # only the joined state is needed from here on
     for i, (solver_name, budget) in enumerate(phases):
         used = done.get(i, 0)
         while used < budget:
@@ -444,14 +464,7 @@ _TIME_AXIS_KEYS = ("V", "a", "s", "Gamma", "valid", "loss", "entropy", "u")
 
 
 def _trajectory(out: dict, ts: np.ndarray, meta: dict, batch_shape=()) -> Trajectory:
-    """Wrap solver output; drops the extra end point :func:`_taus` may have appended."""
-    axis = len(batch_shape)
-    n = ts.shape[0]
-    if n < out["valid"].shape[axis]:
-        out = {
-            key: (jax.lax.slice_in_dim(val, 0, n, axis=axis) if key in _TIME_AXIS_KEYS else val)
-            for key, val in out.items()
-        }
+    """Wrap solver output (already cut to ``len(ts)`` save points by :func:`_finish_all`)."""
     t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
     return Trajectory(t=t, meta=tuple(sorted(meta.items())), **out)
 

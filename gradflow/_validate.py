@@ -42,8 +42,8 @@ def working_dtype():
 
 
 def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, accepted: str | None = None,
-                   host: bool = False) -> Array:
-    """Convert ``x`` to a finite floating JAX array, or raise a clear error.
+                   host: bool = False) -> Array | np.ndarray:
+    """Convert ``x`` to a finite floating JAX array (NumPy with ``host=True``), or raise a clear error.
 
     Integer, boolean and float32 inputs are cast to ``dtype`` (default float64), so their results
     are identical to passing the same values as float64. ``accepted`` overrides the
@@ -73,9 +73,13 @@ def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, acc
             raise bad_arg(name, x, accepted or "finite values (no NaN or inf)")
     if ndim is not None and arr.ndim != ndim:
         raise bad_arg(f"{name}.shape", tuple(arr.shape), f"an array with {ndim} dimension(s)")
-    if host and not isinstance(arr, jax.core.Tracer):
-        return np.asarray(arr, dtype=jnp.dtype(jax.dtypes.canonicalize_dtype(dtype)))
-    return jnp.asarray(arr, dtype=dtype)
+    if isinstance(arr, jax.core.Tracer):
+        return jnp.asarray(arr, dtype=dtype)
+    out = np.asarray(arr, dtype=jnp.dtype(jax.dtypes.canonicalize_dtype(dtype)))
+    if out.dtype.itemsize < arr.dtype.itemsize and not np.all(np.isfinite(out)):  # e.g. 1e39 in float32 mode
+        raise bad_arg(name, x, f"values representable in {out.dtype} (JAX's float64 mode is off; "
+                               'enable it with jax.config.update("jax_enable_x64", True))')
+    return out if host else jnp.asarray(out)
 
 
 def check_positive(name: str, x, upper: float | None = None) -> float:
@@ -187,25 +191,26 @@ def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
             a_name,
             np.asarray(a0),
             f"logits where the {mdl.normalization!r} map is defined (its denominator is 0 here; "
-            "the smooth maps softmax, sigmoid, sigmoid-norm and elu-norm are defined everywhere)",
+            "softmax, sigmoid, elu and linear are defined for every finite logit at temperature 1)",
         )
     return mdl, V0, a0
 
 
-TOTAL_MAPS = frozenset({"softmax", "sigmoid", "elu", "linear", "sparsemax"})
+TOTAL_MAPS = frozenset({"softmax", "sigmoid", "elu", "linear"})
 """Maps whose weights are finite for every finite logit vector at temperature 1 (softmax is
 computed shifted by its maximum). Not ``sigmoid-norm`` or ``elu-norm``: their terms underflow
-to 0 for logits below about −745, and the denominator with them.)"""
+to 0 for logits below about −745, and the denominator with them; not ``sparsemax``: above
+about 2⁵³ its support test rounds to false everywhere and the threshold divides by 0."""
 
 
 def _total(model) -> bool:
     """Whether finite initial logits are enough for finite weights (skips a compiled check,
-    which costs a dispatch and a device sync per run): the model's logits are ``a`` itself,
+    which costs a dispatch and a device sync per run): the model's logits are ``a`` itself and its weights the map's (not overridden),
     the map is in :data:`TOTAL_MAPS` and the temperature is 1 (``a / T`` can overflow)."""
     from .models import AbstractModel
 
-    return (type(model).logits is AbstractModel.logits and model.normalization in TOTAL_MAPS
-            and float(model.temperature) == 1.0)
+    return (type(model).logits is AbstractModel.logits and type(model).weights is AbstractModel.weights
+            and model.normalization in TOTAL_MAPS and float(model.temperature) == 1.0)
 
 
 @eqx.filter_jit

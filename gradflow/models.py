@@ -180,11 +180,13 @@ def get_model(model, normalization: str = "softmax", temperature=1.0) -> Abstrac
         raise bad_arg("model", model, f"one of {sorted(MODELS)}") from None
     _maps.get_map(normalization)
     temperature = check_positive("temperature", temperature)
-    return _build(cls, normalization, temperature)
+    return _build(cls, normalization, temperature, bool(jax.config.jax_enable_x64))
 
 
 @functools.lru_cache(maxsize=64)
-def _build(cls, normalization: str, temperature: float) -> AbstractModel:
-    """One immutable instance per setting: building a model converts and checks its temperature
-    on the device (~0.2 ms, paid by every ``simulate`` call otherwise)."""
-    return cls(normalization=normalization, temperature=temperature)
+def _build(cls, normalization: str, temperature: float, x64: bool) -> AbstractModel:
+    """One immutable instance per setting (and float mode): building a model converts and checks
+    its temperature on the device (~0.2 ms, paid by every ``simulate`` call otherwise). Built
+    eagerly even when first asked for inside a ``jax.jit`` trace, so no tracer is cached."""
+    with jax.ensure_compile_time_eval():
+        return cls(normalization=normalization, temperature=temperature)

@@ -157,12 +157,17 @@ def test_float32_mode_refuses_long_horizons_in_a_fresh_process():
         "    gradflow.descend(loss, np.eye(2), np.zeros(2), lr=0.1, steps=10**8)\n"
         "except gradflow.GradflowValueError as e:\n"
         "    print(e)\n"
+        "try:\n"  # finite in float64, inf once cast to float32
+        "    gradflow.simulate(loss, np.eye(2), np.array([1e39, 0.0]), t1=10.0)\n"
+        "except gradflow.GradflowValueError as e:\n"
+        "    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, timeout=300)
     lines = out.stdout.strip().splitlines()
     assert lines[0].startswith("t1: got 1000000000000.0; expected at most 8.39e+06 in float32"), out
     assert lines[1] == "ok"
     assert lines[2].startswith("steps: got 100000000; expected at most 8.39e+06 in float32")
+    assert lines[3].startswith("a0: got ") and "representable in float32" in lines[3], out
 
 
 def test_integer_and_float32_inputs_give_identical_results():
@@ -234,3 +239,28 @@ def test_apply_map_under_jit_and_hessian_with_concrete_temperature():
     w = np.exp(a / 2.0) / np.exp(a / 2.0).sum()
     np.testing.assert_allclose(float(f(a)), float(np.sum(w**2)), rtol=1e-12)
     assert np.all(np.isfinite(np.asarray(jax.jit(jax.hessian(f))(a))))
+
+
+@pytest.mark.parametrize(
+    "kw, a0",
+    [
+        (dict(normalization="sigmoid-norm"), -800.0 * np.ones(3)),  # every σ underflows to 0
+        (dict(normalization="elu-norm"), -800.0 * np.ones(3)),
+        (dict(normalization="sparsemax"), np.array([1e17, -1e17, 0.0])),  # support test rounds to false
+        (dict(temperature=1e-300), np.array([1e10, 0.0, 0.0])),  # a / T overflows
+    ],
+)
+def test_initial_weights_still_checked_where_finite_logits_are_not_enough(kw, a0):
+    """The compiled weights check is skipped only for maps finite at every finite logit
+    (softmax, sigmoid, elu, linear at T = 1): these cases must still be refused."""
+    with pytest.raises(gradflow.GradflowValueError, match=r"^a0: got .*map is defined"):
+        gradflow.simulate(gradflow.LogisticTeacher(np.ones(3)), np.eye(3), a0, t1=1.0, **kw)
+
+
+def test_weights_check_skipped_only_where_safe():
+    """Softmax at logits −800 (all exp underflow without the max shift) runs; the tied model,
+    whose logits are U a, is still checked (an overflowing U a is refused)."""
+    loss = gradflow.LogisticTeacher(np.ones(3))
+    assert gradflow.simulate(loss, np.eye(3), -800.0 * np.ones(3), t1=1.0).status == "ok"
+    with pytest.raises(gradflow.GradflowValueError, match=r"^a0: got .*map is defined"):
+        gradflow.simulate(loss, 1e200 * np.ones((3, 3)), 1e200 * np.ones(3), t1=1.0, model="tied")
