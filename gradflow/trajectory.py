@@ -119,14 +119,16 @@ def atomic_write(path: str | os.PathLike, write) -> None:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
 
     A crash leaves either the old file or the new one, never a partial file under ``path``. The
-    temporary file is named ``.NAME.tmp-XXXX`` (``NAME`` the target's file name) and removed on
+    temporary file is named ``.NAME.tmp-PID-XXXX`` (``NAME`` the target's file name, ``PID`` the
+    writing process) and removed on
     any exception; only a hard kill (SIGKILL, power loss) can leave one behind, which
     :func:`remove_stale_temporaries` clears.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.tmp-", suffix=os.path.splitext(path)[1])
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-",
+                               suffix=os.path.splitext(path)[1])
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
@@ -142,13 +144,33 @@ def atomic_write(path: str | os.PathLike, write) -> None:
         raise
 
 
+def _writer_alive(name: str) -> bool:
+    """Whether the process that named temporary ``name`` (``.NAME.tmp-PID-XXXX``) still runs on
+    this host (then it is a write in progress, e.g. a second ``gradflow figures`` into the same
+    folder). Names without a PID are older gradflow's: treated as stale."""
+    pid = name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def remove_stale_temporaries(directory: str | os.PathLike, stem: str) -> list[str]:
     """Delete temporary files :func:`atomic_write` left in ``directory`` for targets whose file
-    name starts with ``stem`` (after a hard kill); returns the names removed."""
+    name starts with ``stem`` after a hard kill (their writing process is gone; temporaries of
+    a live process are a write in progress and are kept); returns the names removed."""
     removed = []
     for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
-        if name.startswith(f".{stem}") and ".tmp-" in name:
-            os.unlink(os.path.join(directory, name))
+        if name.startswith(f".{stem}") and ".tmp-" in name and not _writer_alive(name):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except FileNotFoundError:  # its writer renamed it into place meanwhile
+                continue
             removed.append(name)
     return removed
 

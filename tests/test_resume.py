@@ -97,3 +97,25 @@ def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
     with pytest.raises(RuntimeError):
         atomic_write(path, broken)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["data.json"]
+
+
+def test_stale_temporaries_of_live_writers_are_kept(tmp_path):
+    """Two builds into one folder: a temporary whose writer still runs is a write in progress
+    and stays; one whose writer is gone (hard kill) or that carries no PID is removed."""
+    import subprocess
+    import sys
+
+    from gradflow.trajectory import remove_stale_temporaries
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    names = {
+        "live": f".fig2.npz.tmp-{os.getpid()}-abc.npz",  # this process: alive
+        "dead": f".fig2.npz.tmp-{int(dead.stdout)}-def.npz",  # exited above
+        "old": ".fig2.npz.tmp-xyz.npz",  # written before temporaries carried a PID
+        "other": f".kl.npz.tmp-{int(dead.stdout)}-ghi.npz",  # another figure: not ours to touch
+    }
+    for name in names.values():
+        (tmp_path / name).write_text("x")
+    removed = remove_stale_temporaries(tmp_path, "fig2.")
+    assert sorted(removed) == sorted([names["dead"], names["old"]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([names["live"], names["other"]])
