@@ -104,3 +104,15 @@ def test_simulate_batch_refuses_bad_devices(devices):
     with pytest.raises(gradflow.GradflowValueError, match="devices: got .*distinct jax devices"):
         gradflow.simulate_batch(gradflow.LogisticTeacher(np.ones(2)), np.zeros((1, 2, 2)), np.zeros((1, 2)), t1=1.0,
                                 devices=devices)
+
+
+def test_manifest_is_created_exclusively(tmp_path):
+    """Two sweeps started together into one folder: the second ``sweep.json`` write does not
+    replace the first (it is then compared with it and refused); no temporary is left."""
+    from gradflow.sweep import _create_exclusively
+
+    path = str(tmp_path / "sweep.json")
+    _create_exclusively(path, b'{"first": 1}')
+    _create_exclusively(path, b'{"second": 2}')
+    assert (tmp_path / "sweep.json").read_bytes() == b'{"first": 1}'
+    assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]
