@@ -413,10 +413,7 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
     states, results, kept = [], [], []
     for lo in starts:
         real = min(size, B - lo)
-        if len(starts) > 1 and real < size:  # a short last chunk: a power of two, as in later rounds
-            csize = min(-(-(1 << (real - 1).bit_length()) // n_dev) * n_dev, size)
-        else:
-            csize = size
+        csize = _bucket(real, size, n_dev)  # a short last chunk: a power of two, as in later rounds
         idx = np.concatenate([np.arange(lo, lo + real), np.full(csize - real, lo)])
         whole = real == B and csize == B
         pick = (lambda x: x) if whole else (lambda x: x[idx])

@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -132,26 +131,6 @@ def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int) -> dict:
     return arrays
 
 
-def _create_exclusively(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` complete and only if ``path`` does not exist yet (two sweeps
-    started together into one folder: the first one's spec wins, the other is then compared
-    with it instead of overwriting it). A temporary file is hard-linked into place."""
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        except OSError:  # a file system without hard links: not exclusive, still atomic
-            atomic_write(path, lambda f: f.write(data))
-    finally:
-        os.unlink(tmp)
-
-
 def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) -> dict:
     """Run (or resume) the sweep ``spec`` in folder ``out``; returns counts of chunks
     ``computed`` and ``skipped`` and the ``files``.
@@ -162,9 +141,9 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) ->
     os.makedirs(out, exist_ok=True)
     manifest = os.path.join(out, "sweep.json")
     spec_json = spec.to_json()
-    if not os.path.exists(manifest):
-        _create_exclusively(manifest, json.dumps(spec_json, indent=1).encode())
-    with open(manifest) as f:  # ours, or one another sweep created first
+    if not os.path.exists(manifest):  # exclusive: of two sweeps started together, the first spec wins
+        atomic_write(manifest, lambda f: f.write(json.dumps(spec_json, indent=1).encode()), exclusive=True)
+    with open(manifest) as f:  # ours, or the one another sweep created first
         old = json.load(f)
     if old != spec_json:
         raise bad_arg("out", out, "a new folder, or the folder of the same sweep (it holds a different sweep.json)")

@@ -115,14 +115,17 @@ class Trajectory(eqx.Module):
         return cls(meta=tuple(sorted(meta.items())), **fields)
 
 
-def atomic_write(path: str | os.PathLike, write) -> None:
+def atomic_write(path: str | os.PathLike, write, exclusive: bool = False) -> bool:
     """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
 
     A crash leaves either the old file or the new one, never a partial file under ``path``. The
     temporary file is named ``.NAME.tmp-PID-XXXX`` (``NAME`` the target's file name, ``PID`` the
-    writing process) and removed on
-    any exception; only a hard kill (SIGKILL, power loss) can leave one behind, which
-    :func:`remove_stale_temporaries` clears.
+    writing process) and removed on any exception; only a hard kill (SIGKILL, power loss) can
+    leave one behind, which :func:`remove_stale_temporaries` clears.
+
+    ``exclusive=True``: put the file in place only if ``path`` does not exist yet (a hard link
+    of the complete temporary, so of two writers started together exactly one wins; on a file
+    system without hard links it falls back to a rename). Returns whether the file was written.
     """
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
@@ -137,11 +140,20 @@ def atomic_write(path: str | os.PathLike, write) -> None:
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+        if not exclusive:
+            os.replace(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here: not exclusive, still atomic
+            os.replace(tmp, path)
+            return True
+        return True
+    finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-        raise
 
 
 def _writer_alive(name: str) -> bool:

@@ -108,11 +108,15 @@ def test_simulate_batch_refuses_bad_devices(devices):
 
 def test_manifest_is_created_exclusively(tmp_path):
     """Two sweeps started together into one folder: the second ``sweep.json`` write does not
-    replace the first (it is then compared with it and refused); no temporary is left."""
-    from gradflow.sweep import _create_exclusively
+    replace the first (it is then compared with it and refused); no temporary is left.
+    Control: a plain (non-exclusive) write does replace it."""
+    from gradflow.trajectory import atomic_write
 
     path = str(tmp_path / "sweep.json")
-    _create_exclusively(path, b'{"first": 1}')
-    _create_exclusively(path, b'{"second": 2}')
+    assert atomic_write(path, lambda f: f.write(b'{"first": 1}'), exclusive=True)
+    assert not atomic_write(path, lambda f: f.write(b'{"second": 2}'), exclusive=True)
     assert (tmp_path / "sweep.json").read_bytes() == b'{"first": 1}'
     assert [p.name for p in tmp_path.iterdir()] == ["sweep.json"]
+    assert atomic_write(path, lambda f: f.write(b'{"third": 3}'))
+    assert (tmp_path / "sweep.json").read_bytes() == b'{"third": 3}'
+
