@@ -85,6 +85,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
         "steps_per_epoch": np.zeros((V, S), int),
         "above_step": np.full((V, S), np.nan), "stopped_step": np.full((V, S), np.nan),
         "stopped_step_groups": np.full((V, S), np.nan),
+        "diverged_step": np.full((V, S), np.nan), "diverged_step_groups": np.full((V, S), np.nan),
         "step_seconds": np.full((V, S), np.nan), "train_seconds": np.full((V, S), np.nan),
     }
     for i, v in enumerate(variants):
@@ -105,8 +106,9 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
             out["curve_step"][i, j, :n], out["curve_acc"][i, j, :n] = hi["step"], hi["acc"]
             out["steps_per_epoch"][i, j] = hi["steps_per_epoch"]
             for key, h, src in (("above_step", hi, "above_step"), ("stopped_step", hi, "stopped_step"),
-                                ("stopped_step_groups", hg, "stopped_step")):
-                if h[src] is not None:
+                                ("stopped_step_groups", hg, "stopped_step"), ("diverged_step", hi, "diverged_step"),
+                                ("diverged_step_groups", hg, "diverged_step")):
+                if h.get(src) is not None:
                     out[key][i, j] = h[src]
             out["step_seconds"][i, j] = hi["step_seconds"] or np.nan
             out["train_seconds"][i, j] = hi["train_seconds"] + hg["train_seconds"]
@@ -121,6 +123,12 @@ MISSING = -1.0
 def finite(values) -> list:
     """A JSON-safe list: NaN (missing) becomes ``None``, numbers are rounded to 4 digits."""
     return [None if not np.isfinite(v) else round(float(v), 4) for v in np.ravel(values)]
+
+
+def nested(values, digits: int = 3) -> list:
+    """A JSON-safe nested list of the array ``values``: NaN becomes ``None``, numbers rounded."""
+    a = np.asarray(values, float)
+    return np.where(np.isfinite(a), np.round(a, digits), None).tolist()
 
 
 def unpack(data: dict) -> dict:
@@ -174,13 +182,15 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
                    available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0,
-                   legend_loc: str = "upper right", ran_label: str = "no run > 0.95") -> None:
+                   legend_loc: str = "upper right", ran_label: str = "no run > 0.95",
+                   diverged: np.ndarray | None = None) -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
     "not run" (or "no run > 0.95" when the run exists), and with ``all_variants`` every Table 1
     variant gets a slot so missing ones are visible; ``ran_label`` is the text for a NaN value
-    of a variant whose run exists.
+    of a variant whose run exists, "diverged" where ``diverged[i]`` (the step at which the
+    training loss turned non-finite, NaN otherwise) is finite for every seed.
     """
     import matplotlib.pyplot as plt
 
@@ -206,7 +216,10 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                 ax.text(x, val + 0.02 * top, fmt.format(val), ha="center", va="bottom", fontsize=5.5)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
-                ax.text(x, 0.02 * top, ran_label if ran else "not run", ha="center", va="bottom",
+                gone = (i is not None and diverged is not None and ran
+                        and bool(np.all(np.isfinite(np.asarray(diverged[i])[np.asarray(available[i])]))))
+                label = "diverged" if gone else ran_label if ran else "not run"
+                ax.text(x, 0.02 * top, label, ha="center", va="bottom",
                         fontsize=5, color="0.35", rotation=90)
     ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels])
     ax.set_ylabel(ylabel)

@@ -18,7 +18,8 @@ def plot(data: dict, cfg: dict):
     ax, ax_c = axes[0]
     acc = np.where(data["available"], data["induction_acc"], np.nan)
     acc = np.array([np.mean(a[np.isfinite(a)]) if np.isfinite(a).any() else np.nan for a in acc])
-    _sec4.bars_by_kernel(ax, acc, cfg, ylabel="induction accuracy", fmt="{:.2f}", available=data["available"], legend_loc="center right")
+    _sec4.bars_by_kernel(ax, acc, cfg, ylabel="induction accuracy", fmt="{:.2f}", available=data["available"],
+                         legend_loc="center right", diverged=data.get("diverged_step"))
     ax.axhline(0.95, color="0.4", linestyle="--", linewidth=0.7)
     ax.set_ylim(0, 1.12)
     ax.set_title("final test accuracy (chance 1/50; a context token ≈ 1/9)")
@@ -35,11 +36,15 @@ def plot(data: dict, cfg: dict):
             if np.isfinite(stop):
                 k = np.nanargmin(np.abs(data["curve_step"][i, j] - stop))
                 ax_c.plot(stop / spe, acc_c[k], "o", color=cols[i], markersize=3.5)
+            gone = data["diverged_step"][i, j] if "diverged_step" in data else np.nan
+            if np.isfinite(gone):  # the evaluation at which the training loss was non-finite
+                k = np.nanargmin(np.abs(data["curve_step"][i, j] - gone))
+                ax_c.plot(gone / spe, acc_c[k], "x", color=cols[i], markersize=5)
     ax_c.axhline(0.95, color="0.4", linestyle="--", linewidth=0.7)
     ax_c.set_xlabel("epoch")
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
-    ax_c.set_title("during training (dot: early stop)")
+    ax_c.set_title("during training (dot: early stop; x: training loss diverged)")
     missing = [_sec4.variant_label(n) for i, n in enumerate(cfg["variants"]) if not data["available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.02, f"not run: {len(missing)} of {len(cfg['variants'])} variants (left panel)",
@@ -57,9 +62,12 @@ def _summary(data: dict, cfg: dict) -> dict:
             out[name] = None
             continue
         spe = data["steps_per_epoch"][i]
-        out[name] = {"induction_acc": data["induction_acc"][i].tolist(),
+        out[name] = {"induction_acc": _sec4.finite(data["induction_acc"][i]),
                      "epochs_to_above_0.95": _sec4.finite(data["above_step"][i] / spe),
                      "early_stop_epoch": _sec4.finite(data["stopped_step"][i] / spe),
+                     "diverged_epoch": _sec4.finite(data["diverged_step"][i] / spe) if "diverged_step" in data else None,
+                     "accuracy_before_divergence": _sec4.finite(np.nanmax(data["curve_acc"][i], axis=-1))
+                     if "diverged_step" in data and np.isfinite(data["diverged_step"][i]).any() else None,
                      "step_seconds": _sec4.finite(data["step_seconds"][i]),
                      "train_seconds_both_tasks": _sec4.finite(data["train_seconds"][i])}
     return out

@@ -62,8 +62,8 @@ def _summary(data: dict, cfg: dict) -> dict:
             top = np.argmax(m[:, -1], axis=-1)
             out[name] = {"earlier_q_position": q_pos,
                          "last_row_top_key_offset_from_earlier_q": (top - q_pos).tolist(),
-                         "last_row_top_share": m[:, -1].max(-1).round(3).tolist(),
-                         "bos_share_example": m[:, 1:-1, 0].mean(-1).round(3).tolist()}
+                         "last_row_top_share": _sec4.nested(m[:, -1].max(-1)),
+                         "bos_share_example": _sec4.nested(m[:, 1:-1, 0].mean(-1))}
         else:
             out[name] = None
     return out

@@ -20,7 +20,8 @@ def plot(data: dict, cfg: dict):
     rate = np.where(data["available"], data["flip_rate"], np.nan)
     rate = np.array([np.mean(r[np.isfinite(r)]) if np.isfinite(r).any() else np.nan for r in rate])
     _sec4.bars_by_kernel(ax, rate, cfg, ylabel=f"flip rate ({cfg['run']['n_pairs']} pairs)", fmt="{:.3f}",
-                         available=data["available"], top=0.05, ran_label="no valid pairs")
+                         available=data["available"], top=0.05, ran_label="no valid pairs",
+                         diverged=data.get("diverged_step_groups"))
     ax.set_ylim(0, max(0.05, float(np.nanmax(rate)) * 1.25) if np.any(np.isfinite(rate)) else 1)
     acc = ", ".join(f"{_sec4.variant_label(n)} {data['group_acc'][i, 0]:.3f}"
                     for i, n in enumerate(cfg["variants"]) if data["available"][i, 0])
@@ -32,8 +33,8 @@ def plot(data: dict, cfg: dict):
 def _summary(data: dict, cfg: dict) -> dict:
     data = _sec4.unpack(data)
     return {name: None if not data["available"][i].any() else
-            {"flip_rate": data["flip_rate"][i].tolist(), "n_pairs": data["n_pairs"][i].tolist(),
-             "group_acc": data["group_acc"][i].tolist()}
+            {"flip_rate": _sec4.finite(data["flip_rate"][i]), "n_pairs": data["n_pairs"][i].tolist(),
+             "group_acc": _sec4.finite(data["group_acc"][i])}
             for i, name in enumerate(cfg["variants"])}
 
 

@@ -17,7 +17,7 @@ def plot(data: dict, cfg: dict):
     fig, axes = style.figure(1, 2, height=2.6)
     ax, ax_h = axes[0]
     _sec4.bars_by_kernel(ax, _sec4.sink_percent(data), cfg, ylabel="% sink heads (layer 2)",
-                         available=data["available"], top=100.0)
+                         available=data["available"], top=100.0, diverged=data.get("diverged_step"))
     ax.set_ylim(0, 112)
     ax.set_title("sink heads in runs with induction acc. > 0.95")
     names = cfg["variants"]

@@ -14,8 +14,10 @@ from . import _sec4, style
 
 
 def _scores(data: dict, i: int) -> np.ndarray:
+    """Every measured head score of variant ``i`` (a diverged model's heads are not measured)."""
     ok = data["available"][i]
-    return np.concatenate([data["sparsity_induction"][i][ok].ravel(), data["sparsity_groups"][i][ok].ravel()])
+    sc = np.concatenate([data["sparsity_induction"][i][ok].ravel(), data["sparsity_groups"][i][ok].ravel()])
+    return sc[np.isfinite(sc)]
 
 
 def plot(data: dict, cfg: dict):
@@ -62,8 +64,8 @@ def _summary(data: dict, cfg: dict) -> dict:
         if data["available"][i].any():
             sc = _scores(data, i)
             out[name] = {"mean": float(sc.mean()), "median": float(np.median(sc)),
-                         "induction_layers_heads": data["sparsity_induction"][i, 0].round(3).tolist(),
-                         "groups_layers_heads": data["sparsity_groups"][i, 0].round(3).tolist()}
+                         "induction_layers_heads": _sec4.nested(data["sparsity_induction"][i, 0]),
+                         "groups_layers_heads": _sec4.nested(data["sparsity_groups"][i, 0])}
         else:
             out[name] = None
     return out
