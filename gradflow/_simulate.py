@@ -389,7 +389,7 @@ def _cacheable():
 
 
 def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps, loss_batched, devices,
-         keep, lane=None) -> dict:
+                keep, lane=None) -> dict:
     """Solve ``B`` lanes (leading axis of ``V0``, ``a0``) in rounds (:data:`ROUND_STEPS`),
     switching explicit → implicit for ``auto`` on stiff losses, then finish (the first
     ``keep`` save points; lane ``lane`` only, if given)."""
