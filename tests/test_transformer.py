@@ -318,3 +318,23 @@ def test_sec4_figures_state_the_seed_deviation():
     out = flip_rate.FIGURE.summary(fake, cfg)
     assert out["seeds"] == [0] and out["spec_seeds"] == [0, 1, 2, 3, 4]
     assert all(out[name] is None for name in cfg["variants"])
+
+
+@pytest.mark.parametrize("kernel", ["sigmoid", "elu"])
+def test_normalised_logit_kernels_have_finite_gradients_where_terms_underflow(kernel):
+    """Logits near −100 (float32): every term g underflows or is subnormal. The weights are
+    computed as softmax(log g) and their gradient is finite; the plain quotient g / Σ g (the
+    control) has a non-finite gradient there (it made training diverge)."""
+    q = jnp.full((3, 4), -10.0, jnp.float32)
+    k = jnp.full((3, 4), 5.0, jnp.float32)  # logits q·k/√4 = −100
+
+    def loss(q, fn):
+        return jnp.sum(fn(q) * jnp.arange(3.0))
+
+    ours = lambda q: attention_weights(q, k, kernel, True)
+    g = (lambda z: jax.nn.sigmoid(z)) if kernel == "sigmoid" else (lambda z: jax.nn.elu(z) + 1)
+    plain = lambda q: (lambda w: w / jnp.maximum(w.sum(-1, keepdims=True), jnp.finfo(jnp.float32).tiny))(g(q @ k.T / 2))
+    w = ours(q)
+    np.testing.assert_allclose(np.asarray(w), 1 / 3, rtol=1e-6)  # equal logits: uniform rows
+    assert np.all(np.isfinite(np.asarray(jax.grad(loss)(q, ours))))
+    assert not np.all(np.isfinite(np.asarray(jax.grad(loss)(q, plain))))  # control

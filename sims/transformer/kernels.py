@@ -14,8 +14,10 @@ weights ``w (T_q, T_k)``; the head's output is ``w @ v``.
 
 Normalisation divides a row by ``Σ_j g`` for the positive kernels and by ``max(|Σ_j g|, 1)``
 for the signed ones (a guard, not an epsilon: rows whose sum is small are left unscaled).
-For the positive kernels the sum is at least the largest term, which can underflow to 0 only
-for logits below about −87 in float32; the sum is therefore floored at ``finfo.tiny``.
+The normalised logit kernels (sigmoid, elu) are computed as ``softmax(log g)``, which equals
+``g / Σ g`` exactly: their terms underflow for logits below about −87 in float32, and the plain
+quotient then has gradients ``∝ 1/(Σ g)²`` that overflow (training diverged with it). For the
+product kernel elu-elu the sum is floored at ``finfo.tiny``.
 
 Causal masks (key ``j > i`` hidden from query ``i``): the logit-based kernels (softmax,
 sigmoid, elu) set the masked logits to the dtype's most negative finite value, which every
@@ -59,6 +61,16 @@ def causal_mask(t_q: int, t_k: int) -> Array:
     return jnp.arange(t_k)[None, :] <= jnp.arange(t_q)[:, None]
 
 
+def _log_score(logits, kernel: str):
+    """``log g`` of the logit kernels: ``log σ(z) = −softplus(−z)``; ``log(elu(z) + 1)`` is ``z``
+    for ``z ≤ 0`` and ``log1p(z)`` above. Finite wherever ``z`` is (``g`` itself underflows to
+    0 below ``z ≈ −87`` in float32, and ``g / Σ g`` then has gradients ``∝ 1/(Σ g)²`` that
+    overflow: the training loss turns NaN)."""
+    if kernel == "sigmoid":
+        return -jax.nn.softplus(-logits)
+    return jnp.where(logits > 0, jnp.log1p(jnp.maximum(logits, 0)), logits)
+
+
 def attention_weights(
     q: Float[Array, "Tq dh"],
     k: Float[Array, "Tk dh"],
@@ -100,6 +112,8 @@ def attention_weights(
         logits = jnp.where(visible, (q @ k.T) * scale, neg)
         if kernel == "softmax":
             return jax.nn.softmax(logits, axis=-1)
+        if normalise:  # g / Σ g = softmax(log g): exact, and stable where every g underflows
+            return jax.nn.softmax(_log_score(logits, kernel), axis=-1)
         g = jax.nn.sigmoid(logits) if kernel == "sigmoid" else jax.nn.elu(logits) + 1
     elif kernel == "elu-elu":
         g = (jax.nn.elu(q) + 1) @ (jax.nn.elu(k) + 1).T
