@@ -44,7 +44,7 @@ def plot(data: dict, cfg: dict):
     ax_c.set_xlabel("epoch")
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
-    ax_c.set_title("during training (dot: early stop; x: training loss diverged)")
+    ax_c.set_title("during training (•: early stop, x: diverged)")
     missing = [_sec4.variant_label(n) for i, n in enumerate(cfg["variants"]) if not data["available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.02, f"not run: {len(missing)} of {len(cfg['variants'])} variants (left panel)",
