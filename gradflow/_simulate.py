@@ -425,7 +425,7 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
         results.append(res_c)
         kept.append(real)
     codes = np.concatenate([np.asarray(st["code"])[:k] for st, k in zip(states, kept)])
-    done = {0: steps}  # steps of phase 0 already used
+    first_used = steps  # steps of phase 0 spent in the first round
     join = lambda parts: jax.tree.map(
         lambda *xs: xs[0] if len(xs) == 1 and xs[0].shape[0] == kept[0] else jnp.concatenate(
             [x[:k] for x, k in zip(xs, kept)]), *parts)
@@ -437,7 +437,7 @@ def _run_rounds(model, loss, V0, a0, taus, t1_exact, rtol, atol, name, max_steps
     state = join(states)
     del states, results  # only the joined state is needed from here on
     for i, (solver_name, budget) in enumerate(phases):
-        used = done.get(i, 0)
+        used = first_used if i == 0 else 0
         while used < budget:
             pending = np.flatnonzero(np.asarray(state["code"]) == 1)
             if pending.size == 0:
