@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from .transformer.sweep import QUICK_VARIANTS, VARIANTS, collect, result_path, run_config, variant_name
+from .transformer.train import groups_stopped_early, load_result
 
 __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label"]
 
@@ -45,6 +46,16 @@ def figure(id: str, title: str, plot, summary):
                   summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True)
 
 
+def per_variant(row):
+    """A figure summary ``(data, cfg) -> {variant: row(data, cfg, i)}`` over ``cfg["variants"]``
+    (``data`` :func:`unpack`-ed first), ``None`` for a variant without any available run."""
+    def summary(data: dict, cfg: dict) -> dict:
+        data = unpack(data)
+        return {name: row(data, cfg, i) if data["available"][i].any() else None
+                for i, name in enumerate(cfg["variants"])}
+    return summary
+
+
 def _train_missing(quick: bool) -> bool:
     return quick or os.environ.get("GRADFLOW_SEC4_TRAIN", "1") != "0"
 
@@ -59,9 +70,14 @@ def config(quick: bool) -> dict:
     cfg = {"scale": "quick" if quick else "paper", "variants": [variant_name(*v) for v in variants],
            "seeds": list(SEEDS), "run": run, "train_missing": _train_missing(quick)}
     if not quick:
-        cfg["finished"] = [variant_name(k, n) + f"-s{s}" for k, n in variants for s in SEEDS
-                           if result_path(run_config(k, n, s, quick), quick) is not None]
+        cfg["finished"] = [_finished(variant_name(k, n) + f"-s{s}", path) for k, n in variants for s in SEEDS
+                           if (path := result_path(run_config(k, n, s, quick), quick)) is not None]
     return cfg
+
+
+def _finished(name: str, path: str) -> str:
+    """A finished run's entry in the config, marked where its group model stopped early."""
+    return name + (" (groups stopped early)" if groups_stopped_early(load_result(path)) else "")
 
 
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:

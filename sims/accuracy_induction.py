@@ -54,29 +54,21 @@ def plot(data: dict, cfg: dict):
     return fig
 
 
-def _summary(data: dict, cfg: dict) -> dict:
-    data = _sec4.unpack(data)
-    out = {}
-    for i, name in enumerate(cfg["variants"]):
-        if not data["available"][i].any():
-            out[name] = None
-            continue
-        spe = data["steps_per_epoch"][i]
-        out[name] = {"induction_acc": _sec4.finite(data["induction_acc"][i]),
-                     "epochs_to_above_0.95": _sec4.finite(data["above_step"][i] / spe),
-                     "early_stop_epoch": _sec4.finite(data["stopped_step"][i] / spe),
-                     "diverged_epoch": _sec4.finite(data["diverged_step"][i] / spe) if "diverged_step" in data else None,
-                     "accuracy_before_divergence": _sec4.finite(np.nanmax(data["curve_acc"][i], axis=-1))
-                     if "diverged_step" in data and np.isfinite(data["diverged_step"][i]).any() else None,
-                     "step_seconds": _sec4.finite(data["step_seconds"][i]),
-                     "train_seconds_both_tasks": _sec4.finite(data["train_seconds"][i])}
-    return out
-
+def _summary(data: dict, cfg: dict, i: int) -> dict:
+    spe = data["steps_per_epoch"][i]
+    diverged = "diverged_step" in data and np.isfinite(data["diverged_step"][i]).any()
+    return {"induction_acc": _sec4.finite(data["induction_acc"][i]),
+            "epochs_to_above_0.95": _sec4.finite(data["above_step"][i] / spe),
+            "early_stop_epoch": _sec4.finite(data["stopped_step"][i] / spe),
+            "diverged_epoch": _sec4.finite(data["diverged_step"][i] / spe) if "diverged_step" in data else None,
+            "accuracy_before_divergence": _sec4.finite(np.nanmax(data["curve_acc"][i], axis=-1)) if diverged else None,
+            "step_seconds": _sec4.finite(data["step_seconds"][i]),
+            "train_seconds_both_tasks": _sec4.finite(data["train_seconds"][i])}
 
 
 FIGURE = _sec4.figure(
     "accuracy-induction",
     "Sec. 4.1: induction accuracy per kernel (final and during training, early stop marked)",
     plot,
-    _summary,
+    _sec4.per_variant(_summary),
 )

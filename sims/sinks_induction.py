@@ -41,20 +41,17 @@ def plot(data: dict, cfg: dict):
     return fig
 
 
-def _summary(data: dict, cfg: dict) -> dict:
-    data = _sec4.unpack(data)
-    pct, pct_all = _sec4.sink_percent(data), _sec4.sink_percent_all(data)
-    return {name: {"sink_heads_percent_kept": None if np.isnan(pct[i]) else float(pct[i]),
-                   "sink_heads_percent_all_runs": None if np.isnan(pct_all[i]) else float(pct_all[i]),
-                   "layer2_bos_share": _sec4.finite(data["bos_share"][i, :, -1]),
-                   "runs_kept": int(_sec4.kept(data)[i].sum()), "runs": int(data["available"][i].sum())}
-            for i, name in enumerate(cfg["variants"])}
-
+def _summary(data: dict, cfg: dict, i: int) -> dict:
+    pct, pct_all = _sec4.sink_percent(data)[i], _sec4.sink_percent_all(data)[i]
+    return {"sink_heads_percent_kept": None if np.isnan(pct) else float(pct),
+            "sink_heads_percent_all_runs": None if np.isnan(pct_all) else float(pct_all),
+            "layer2_bos_share": _sec4.finite(data["bos_share"][i, :, -1]),
+            "runs_kept": int(_sec4.kept(data)[i].sum()), "runs": int(data["available"][i].sum())}
 
 
 FIGURE = _sec4.figure(
     "sinks-induction",
     "Sec. 4.1: % attention-sink heads (BOS share > 0.9, layer 2) per kernel, with/without normalisation",
     plot,
-    _summary,
+    _sec4.per_variant(_summary),
 )

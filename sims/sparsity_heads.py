@@ -57,24 +57,16 @@ def plot(data: dict, cfg: dict):
     return fig
 
 
-def _summary(data: dict, cfg: dict) -> dict:
-    data = _sec4.unpack(data)
-    out = {}
-    for i, name in enumerate(cfg["variants"]):
-        if data["available"][i].any():
-            sc = _scores(data, i)
-            out[name] = {"mean": float(sc.mean()), "median": float(np.median(sc)),
-                         "induction_layers_heads": _sec4.nested(data["sparsity_induction"][i, 0]),
-                         "groups_layers_heads": _sec4.nested(data["sparsity_groups"][i, 0])}
-        else:
-            out[name] = None
-    return out
-
+def _summary(data: dict, cfg: dict, i: int) -> dict:
+    sc = _scores(data, i)
+    return {"mean": float(sc.mean()), "median": float(np.median(sc)),
+            "induction_layers_heads": _sec4.nested(data["sparsity_induction"][i, 0]),
+            "groups_layers_heads": _sec4.nested(data["sparsity_groups"][i, 0])}
 
 
 FIGURE = _sec4.figure(
     "sparsity-heads",
     "Per-head sparsity scores: softmax vs sigmoid w/o norm histogram, every variant (Fig. 7 analogue)",
     plot,
-    _summary,
+    _sec4.per_variant(_summary),
 )

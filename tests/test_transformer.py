@@ -224,6 +224,61 @@ def test_checkpoint_of_another_config_is_not_resumed(tmp_path):
     assert hist["step"] == []
 
 
+def test_only_the_induction_model_stops_early(tmp_path):
+    """SPEC's early stop is on induction accuracy: the group model trains every epoch."""
+    cfg = RunConfig(kernel="sigmoid", normalise=False, stop_acc=1e-6, **TINY)  # every evaluation is above
+    _, ind = train(cfg, "induction", progress=False)
+    assert ind["above_step"] == 4 and ind["stopped_step"] == 12 and ind["step"] == [4, 8, 12]  # control
+    _, grp = train(cfg, "groups", progress=False)
+    assert grp["above_step"] == 4 and grp["stopped_step"] is None and grp["step"] == [4, 8, 12, 16]
+
+
+def test_group_checkpoint_stopped_early_trains_on_to_the_same_model(tmp_path):
+    """A groups checkpoint an older version marked as stopped early resumes to the last epoch and
+    ends where an uninterrupted run ends; an induction checkpoint that stopped early is final."""
+    import json
+
+    import equinox as eqx
+
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    for task in ("groups", "induction"):
+        ckpt = tmp_path / task
+        train(cfg, task, checkpoint=str(ckpt), progress=False, stop_after=4)
+        meta = json.loads((tmp_path / f"{task}.json").read_text())
+        meta["history"]["stopped_step"] = 4  # as the older version wrote it
+        (tmp_path / f"{task}.json").write_text(json.dumps(meta))
+        model, hist = train(cfg, task, checkpoint=str(ckpt), progress=False)
+        if task == "induction":  # control: an early stop of the induction model is final
+            assert hist["step"] == [4] and hist["stopped_step"] == 4
+            continue
+        assert hist["step"] == [4, 8, 12, 16] and hist["stopped_step"] is None
+        whole, _ = train(cfg, task, progress=False)
+        leaves = zip(jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array)),
+                     jax.tree_util.tree_leaves(eqx.filter(whole, eqx.is_array)))
+        assert all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in leaves)
+
+
+def test_run_trains_on_a_group_model_stopped_early_and_keeps_the_induction_part(tmp_path, monkeypatch):
+    import importlib
+
+    tr = importlib.import_module("sims.transformer.train")
+    cfg = RunConfig(kernel="sigmoid", normalise=False, **TINY)
+    first = tr.run(cfg, str(tmp_path / "a"), progress=False)
+    assert not tr.groups_stopped_early(first)
+    tasks = []
+    real = tr.train
+    monkeypatch.setattr(tr, "train", lambda cfg, task, **kw: (tasks.append(task), real(cfg, task, **kw))[1])
+    assert tr.run(cfg, str(tmp_path / "b"), progress=False, previous=first) is first  # control: complete
+    assert tasks == []
+    old = {**first, "history_groups": {**first["history_groups"], "stopped_step": 4},
+           "example_maps": first["example_maps"] + 1.0}  # marks the induction part as the old one's
+    new = tr.run(cfg, str(tmp_path / "b"), progress=False, previous=old)
+    assert tasks == ["groups"] and not tr.groups_stopped_early(new)
+    assert new["history_groups"]["step"][-1] == 16 and new["history_induction"] == first["history_induction"]
+    np.testing.assert_array_equal(new["example_maps"], old["example_maps"])
+    assert (tmp_path / "b" / "sigmoid-raw-s0.npz").exists()
+
+
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_model(tmp_path):
     """Stop after 5 steps (last checkpoint at step 4), resume, compare with an uninterrupted run."""
@@ -290,9 +345,33 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
     assert acc["softmax-norm"]["induction_acc"][0] > 0.06
     flips = json.loads((tmp_path / "out" / "flip-rate.json").read_text())["summary"]
     assert flips["softmax-norm"]["n_pairs"] == [500]
+    assert flips["softmax-norm"]["group_stopped_early_step"] == [None]  # the group model used every epoch
     cfg = sweep.run_config("softmax", True, 0, quick=True)
     x, y = _data(cfg, "induction", _seeds(cfg, "induction")[1], 1000)
     assert _accuracy(_model(cfg, "induction"), x, y, "induction") < 0.05
+
+
+def test_result_path_prefers_a_result_whose_group_model_trained_every_epoch(tmp_path, monkeypatch):
+    import json
+
+    import sims.transformer.sweep as sweep
+
+    monkeypatch.setattr(sweep, "COMMITTED", str(tmp_path / "committed"))
+    monkeypatch.setattr(sweep, "CACHE", str(tmp_path / "cache"))
+    cfg = sweep.run_config("softmax", True, 0, quick=True)
+
+    def write(base, stopped):
+        path = tmp_path / base / "quick" / "softmax-norm-s0.npz"
+        path.parent.mkdir(parents=True)
+        meta = {"config": cfg.to_dict(), "history_groups": {"stopped_step": stopped}}
+        np.savez(path, meta=np.array(json.dumps(meta)))
+        return str(path)
+
+    assert sweep.result_path(cfg, quick=True) is None
+    old = write("committed", 582)
+    assert sweep.result_path(cfg, quick=True) == old  # the only one: used (figures label it)
+    new = write("cache", None)
+    assert sweep.result_path(cfg, quick=True) == new  # committed first, but not an early-stopped group model
 
 
 def test_sweep_cli_refuses_unknown_variant(capsys):

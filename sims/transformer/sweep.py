@@ -12,7 +12,7 @@ import argparse
 import os
 import sys
 
-from .train import RunConfig, load_result, run, run_name
+from .train import RunConfig, groups_stopped_early, load_result, run, run_name
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "run_config", "result_path", "collect", "CACHE", "COMMITTED"]
 
@@ -54,26 +54,33 @@ def _mode(quick: bool) -> str:
 
 
 def result_path(cfg: RunConfig, quick: bool) -> str | None:
-    """The finished result file of ``cfg`` (committed first, then the cache), or ``None``."""
+    """The finished result file of ``cfg`` (committed first, then the cache), or ``None``; one
+    whose group model was stopped early (an older version) only if there is no other."""
+    found = []
     for base in (COMMITTED, CACHE):
         path = os.path.join(base, _mode(quick), run_name(cfg) + ".npz")
-        if os.path.exists(path) and load_result(path)["config"] == cfg.to_dict():
-            return path
-    return None
+        if os.path.exists(path):
+            res = load_result(path)
+            if res["config"] == cfg.to_dict():
+                if not groups_stopped_early(res):
+                    return path
+                found.append(path)
+    return found[0] if found else None
 
 
 def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool = True) -> dict:
-    """Results per ``(variant name, seed)``; missing runs are trained (``train_missing``) or skipped."""
+    """Results per ``(variant name, seed)``; missing runs are trained (``train_missing``) or skipped,
+    and so is the group model of a result whose group model an older version stopped early."""
     out = {}
     for kernel, normalise in variants:
         for seed in seeds:
             cfg = run_config(kernel, normalise, seed, quick)
             path = result_path(cfg, quick)
-            if path is not None:
-                out[(variant_name(kernel, normalise), seed)] = load_result(path)
-            elif train_missing:
-                out[(variant_name(kernel, normalise), seed)] = run(
-                    cfg, os.path.join(CACHE, _mode(quick)), progress=progress)
+            res = load_result(path) if path is not None else None
+            if train_missing and (res is None or groups_stopped_early(res)):
+                res = run(cfg, os.path.join(CACHE, _mode(quick)), progress=progress, previous=res)
+            if res is not None:
+                out[(variant_name(kernel, normalise), seed)] = res
     return out
 
 

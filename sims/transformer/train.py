@@ -8,6 +8,10 @@ trained from the same seed, then measured (SPEC §7):
   per-head sparsity, and the learned attention maps on one induction sequence;
 - group accuracy and the flip rate of the one-token attack over ``n_pairs`` pairs.
 
+Only the induction model stops early (SPEC: once induction accuracy has stayed above 0.95 for
+an epoch); the group model trains every epoch, since it is at accuracy 1.0 within the first one
+and an attack on a model stopped there measures a barely trained model.
+
 Weights are compared as shares ``|w_ij| / Σ_j |w_ij|`` so that un-normalised and signed kernels
 are measured on the same scale as softmax (for the normalised positive kernels this is ``w``).
 """
@@ -37,7 +41,7 @@ from .model import init_transformer
 from .tasks import group_batch, induction_batch
 
 __all__ = ["RunConfig", "train", "measure_induction", "measure_groups", "run", "load_result",
-           "run_name", "shares"]
+           "run_name", "shares", "groups_stopped_early", "INDUCTION_KEYS"]
 
 TASKS = ("induction", "groups")
 
@@ -49,8 +53,10 @@ class RunConfig:
     ``n_train`` sequences per task, ``epochs`` at most, ``batch``, AdamW ``lr`` and
     ``weight_decay``; ``aux_weight`` × next-token loss added to the last-position loss
     (induction); evaluation on ``n_test`` fresh sequences ``evals_per_epoch`` times an epoch;
-    early stop once test accuracy has stayed above ``stop_acc`` at every evaluation for one
-    epoch; ``n_pairs`` pairs for the flip attack.
+    early stop of the induction model once its test accuracy has stayed above ``stop_acc`` at
+    every evaluation for one epoch (the group model trains every epoch: the flip attack needs
+    the trained model, and the group task is solved within the first epoch); ``n_pairs`` pairs
+    for the flip attack.
     """
 
     kernel: str = "softmax"
@@ -220,7 +226,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     **Returns:** ``(model, history)``; ``history`` holds ``step``/``acc`` lists (test accuracy at
     each evaluation), ``steps_per_epoch``, ``above_step`` (first step of the final stretch above
     ``stop_acc``, or ``None``), ``stopped_step`` (step of the early stop, or ``None`` if the run
-    used every epoch), ``diverged_step`` (first evaluation at which the training loss was NaN or
+    used every epoch; always ``None`` for ``"groups"``, which trains every epoch — a groups
+    checkpoint that an older version stopped early is trained on), ``diverged_step`` (first evaluation at which the training loss was NaN or
     infinite, where training stopped; ``None`` otherwise), ``step_seconds`` (mean wall time of a training step after compilation)
     and ``train_seconds``.
     """
@@ -246,6 +253,8 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
         model, opt_state = eqx.tree_deserialise_leaves(
             os.path.join(os.path.dirname(checkpoint), meta["leaves"]), (model, opt_state))
         hist, step0 = meta["history"], meta["step"]
+        if task != "induction":
+            hist["stopped_step"] = None  # an older version stopped group models early: train on
         if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
             return model, hist
 
@@ -276,7 +285,7 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
                 hist["above_step"] = None
             elif hist["above_step"] is None:
                 hist["above_step"] = s + 1
-            if hist["above_step"] is not None and s + 1 - hist["above_step"] >= spe:
+            if task == "induction" and hist["above_step"] is not None and s + 1 - hist["above_step"] >= spe:
                 hist["stopped_step"] = s + 1
             hist["timed_steps"] = hist.get("timed_steps", 0) + timed
             hist["timed_seconds"] = hist.get("timed_seconds", 0.0) + t_timed
@@ -370,25 +379,46 @@ def measure_groups(model, cfg: RunConfig) -> dict:
     }
 
 
-def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True) -> dict:
+INDUCTION_KEYS = ("induction_acc", "bos_share", "sink_heads", "sparsity_induction", "example_tokens",
+                  "example_maps")
+"""The measurements of the induction model in a result (see :func:`measure_induction`)."""
+
+
+def groups_stopped_early(res: dict) -> bool:
+    """Whether result ``res`` holds a group model that an older version stopped early (before
+    its last epoch); :func:`run` trains such a group model on and keeps the induction part."""
+    return res["history_groups"].get("stopped_step") is not None
+
+
+def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, previous: dict | None = None) -> dict:
     """Train and measure one run, or load it: ``cache_dir/NAME.npz`` (NAME = :func:`run_name`).
 
     Checkpoints live in ``cache_dir/ckpt/`` so a killed run resumes where it stopped; the result
-    file is written atomically once both models are measured. Returns :func:`load_result`'s dict.
+    file is written atomically once both models are measured. A finished result of ``cfg``
+    (in ``cache_dir``, or ``previous``, e.g. a committed one) whose group model was stopped
+    early (:func:`groups_stopped_early`) keeps its induction measurements while the group model
+    trains on (from its checkpoint if there is one). Returns :func:`load_result`'s dict.
     """
     path = os.path.join(cache_dir, run_name(cfg) + ".npz")
-    if os.path.exists(path):
-        res = load_result(path)
+    old = None
+    for res in ([load_result(path)] if os.path.exists(path) else []) + ([previous] if previous else []):
         if res["config"] == cfg.to_dict():
-            return res
+            if not groups_stopped_early(res):
+                return res
+            old = res
+            break
     ckpt = os.path.join(cache_dir, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     start = time.perf_counter()
-    m_ind, h_ind = train(cfg, "induction", checkpoint=os.path.join(ckpt, run_name(cfg) + "-induction"),
-                         progress=progress)
+    if old is None:
+        m_ind, h_ind = train(cfg, "induction", checkpoint=os.path.join(ckpt, run_name(cfg) + "-induction"),
+                             progress=progress)
+        induction = measure_induction(m_ind, cfg)
+    else:
+        h_ind, induction = old["history_induction"], {k: old[k] for k in INDUCTION_KEYS}
     m_grp, h_grp = train(cfg, "groups", checkpoint=os.path.join(ckpt, run_name(cfg) + "-groups"),
                          progress=progress)
-    arrays = {**measure_induction(m_ind, cfg), **measure_groups(m_grp, cfg)}
+    arrays = {**induction, **measure_groups(m_grp, cfg)}
     scalars = {k: arrays.pop(k) for k in ("induction_acc", "group_acc", "flip_rate", "n_pairs")}
     diverged = {f"diverged_{t}": h.get("diverged_step") is not None
                 for t, h in (("induction", h_ind), ("groups", h_grp))}
