@@ -11,8 +11,9 @@ without normalisation) of the paper-size model on 25.6k sequences for at most 80
 batch 128, one seed: 1110 s for the five figures on cores shared with four other jobs (about
 5 minutes expected on idle cores). Paper scale trains the 11 variants on 100k sequences (a
 training step of batch 256 took 0.8–3.8 s on the shared cores; the softmax run early-stopped
-after 1649 steps, 64 minutes); it trains only the runs that have no result file yet and
-resumes from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
+after 1649 steps, 64 minutes); it trains only the runs that have no result file yet, and the
+group model of a result written when group models still stopped early (their induction part is
+kept), resuming from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
 (missing variants are labelled in the figures).
 """
 
@@ -43,7 +44,8 @@ def figure(id: str, title: str, plot, summary):
     from ._registry import Figure
 
     return Figure(id=id, title=title, config=config, compute=compute, plot=plot,
-                  summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True)
+                  summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True,
+                  version=2)  # 2: group models train every epoch
 
 
 def per_variant(row):

@@ -31,7 +31,7 @@ def plot(data: dict, cfg: dict):
              if data["available"][i, 0] and np.isfinite(data["stopped_step_groups"][i, 0])]
     note = ""
     if early:  # results of an older version, whose group models stopped early: say which
-        steps = "/".join(sorted({str(int(data["stopped_step_groups"][i, 0])) for i in early}))
+        steps = "/".join(str(v) for v in sorted({int(data["stopped_step_groups"][i, 0]) for i in early}))
         who = ("every run" if len(early) == int(data["available"][:, 0].sum()) else
                ", ".join(_sec4.variant_label(cfg["variants"][i]) for i in early))
         note = "\n" + textwrap.fill(f"group model stopped early after {steps} steps (older runs): {who}", 160)

@@ -224,7 +224,7 @@ def test_checkpoint_of_another_config_is_not_resumed(tmp_path):
     assert hist["step"] == []
 
 
-def test_only_the_induction_model_stops_early(tmp_path):
+def test_only_the_induction_model_stops_early():
     """SPEC's early stop is on induction accuracy: the group model trains every epoch."""
     cfg = RunConfig(kernel="sigmoid", normalise=False, stop_acc=1e-6, **TINY)  # every evaluation is above
     _, ind = train(cfg, "induction", progress=False)
@@ -252,10 +252,13 @@ def test_group_checkpoint_stopped_early_trains_on_to_the_same_model(tmp_path):
             assert hist["step"] == [4] and hist["stopped_step"] == 4
             continue
         assert hist["step"] == [4, 8, 12, 16] and hist["stopped_step"] is None
-        whole, _ = train(cfg, task, progress=False)
+        whole, h_whole = train(cfg, task, progress=False)
+        assert hist["acc"] == h_whole["acc"] and hist["above_step"] == h_whole["above_step"]
         leaves = zip(jax.tree_util.tree_leaves(eqx.filter(model, eqx.is_array)),
                      jax.tree_util.tree_leaves(eqx.filter(whole, eqx.is_array)))
         assert all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in leaves)
+        other, _ = train(RunConfig(kernel="sigmoid", normalise=False, seed=1, **TINY), task, progress=False)
+        assert not np.allclose(other.head.weight, whole.head.weight)  # control: the comparison can fail
 
 
 def test_run_trains_on_a_group_model_stopped_early_and_keeps_the_induction_part(tmp_path, monkeypatch):
@@ -276,6 +279,11 @@ def test_run_trains_on_a_group_model_stopped_early_and_keeps_the_induction_part(
     assert tasks == ["groups"] and not tr.groups_stopped_early(new)
     assert new["history_groups"]["step"][-1] == 16 and new["history_induction"] == first["history_induction"]
     np.testing.assert_array_equal(new["example_maps"], old["example_maps"])
+    for key in ("group_acc", "flip_rate"):  # the group model trained again from scratch, as in `first`
+        assert new[key] == first[key]
+    np.testing.assert_allclose(new["sparsity_groups"], first["sparsity_groups"], rtol=1e-5)
+    induction = tr.measure_induction(tr._model(cfg, "induction"), cfg)
+    assert set(induction) == set(tr.INDUCTION_KEYS)  # what a kept induction part must hold
     assert (tmp_path / "b" / "sigmoid-raw-s0.npz").exists()
 
 
@@ -353,6 +361,7 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
 
 def test_result_path_prefers_a_result_whose_group_model_trained_every_epoch(tmp_path, monkeypatch):
     import json
+    import os
 
     import sims.transformer.sweep as sweep
 
@@ -360,10 +369,10 @@ def test_result_path_prefers_a_result_whose_group_model_trained_every_epoch(tmp_
     monkeypatch.setattr(sweep, "CACHE", str(tmp_path / "cache"))
     cfg = sweep.run_config("softmax", True, 0, quick=True)
 
-    def write(base, stopped):
+    def write(base, stopped, config=None):
         path = tmp_path / base / "quick" / "softmax-norm-s0.npz"
-        path.parent.mkdir(parents=True)
-        meta = {"config": cfg.to_dict(), "history_groups": {"stopped_step": stopped}}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = {"config": config or cfg.to_dict(), "history_groups": {"stopped_step": stopped}}
         np.savez(path, meta=np.array(json.dumps(meta)))
         return str(path)
 
@@ -372,6 +381,13 @@ def test_result_path_prefers_a_result_whose_group_model_trained_every_epoch(tmp_
     assert sweep.result_path(cfg, quick=True) == old  # the only one: used (figures label it)
     new = write("cache", None)
     assert sweep.result_path(cfg, quick=True) == new  # committed first, but not an early-stopped group model
+    os.remove(old)
+    done = write("committed", None)
+    assert sweep.result_path(cfg, quick=True) == done  # both complete: the committed one
+    os.remove(new)
+    os.remove(done)
+    write("committed", None, config={**cfg.to_dict(), "lr": 0.5})
+    assert sweep.result_path(cfg, quick=True) is None  # written for another config: not a result of cfg
 
 
 def test_sweep_cli_refuses_unknown_variant(capsys):

@@ -69,8 +69,9 @@ def result_path(cfg: RunConfig, quick: bool) -> str | None:
 
 
 def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool = True) -> dict:
-    """Results per ``(variant name, seed)``; missing runs are trained (``train_missing``) or skipped,
-    and so is the group model of a result whose group model an older version stopped early."""
+    """Results per ``(variant name, seed)``. With ``train_missing``, missing runs are trained, and
+    the group model of a result whose group model an older version stopped early is trained on
+    (:func:`run`); without, missing runs are left out and such results are returned as they are."""
     out = {}
     for kernel, normalise in variants:
         for seed in seeds:

@@ -227,9 +227,10 @@ def train(cfg: RunConfig, task: str, *, checkpoint: str | None = None, progress:
     each evaluation), ``steps_per_epoch``, ``above_step`` (first step of the final stretch above
     ``stop_acc``, or ``None``), ``stopped_step`` (step of the early stop, or ``None`` if the run
     used every epoch; always ``None`` for ``"groups"``, which trains every epoch — a groups
-    checkpoint that an older version stopped early is trained on), ``diverged_step`` (first evaluation at which the training loss was NaN or
-    infinite, where training stopped; ``None`` otherwise), ``step_seconds`` (mean wall time of a training step after compilation)
-    and ``train_seconds``.
+    checkpoint that an older version stopped early is trained on), ``diverged_step`` (first
+    evaluation at which the training loss was NaN or infinite, where training stopped; ``None``
+    otherwise), ``step_seconds`` (mean wall time of a
+    training step after compilation) and ``train_seconds``.
     """
     if task not in TASKS:
         raise bad_arg("task", task, f"one of {list(TASKS)}")
@@ -394,19 +395,27 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, previous: dict
     """Train and measure one run, or load it: ``cache_dir/NAME.npz`` (NAME = :func:`run_name`).
 
     Checkpoints live in ``cache_dir/ckpt/`` so a killed run resumes where it stopped; the result
-    file is written atomically once both models are measured. A finished result of ``cfg``
-    (in ``cache_dir``, or ``previous``, e.g. a committed one) whose group model was stopped
-    early (:func:`groups_stopped_early`) keeps its induction measurements while the group model
-    trains on (from its checkpoint if there is one). Returns :func:`load_result`'s dict.
+    file is written atomically once both models are measured.
+
+    **Arguments:** ``cfg`` the run; ``cache_dir`` the folder of result files (created if
+    missing); ``progress`` show tqdm bars; ``previous`` a finished result of ``cfg`` found
+    elsewhere (e.g. a committed one, as :func:`load_result` gives it) or ``None``: one whose
+    config differs from ``cfg`` is ignored; a complete one is returned as it is (not copied into
+    ``cache_dir``).
+
+    **Returns:** :func:`load_result`'s dict. A complete result (the cache's first, then
+    ``previous``) is returned; else a result of ``cfg`` whose group model an older version stopped
+    early (:func:`groups_stopped_early`; ``previous`` first, as :func:`sims.transformer.sweep.result_path`
+    prefers the committed file) keeps its induction measurements while the group model trains on
+    (from its checkpoint in ``cache_dir/ckpt/`` if there is one); else both models are trained.
     """
     path = os.path.join(cache_dir, run_name(cfg) + ".npz")
-    old = None
-    for res in ([load_result(path)] if os.path.exists(path) else []) + ([previous] if previous else []):
-        if res["config"] == cfg.to_dict():
-            if not groups_stopped_early(res):
-                return res
-            old = res
-            break
+    found = ([load_result(path)] if os.path.exists(path) else []) + ([previous] if previous else [])
+    found = [res for res in found if res["config"] == cfg.to_dict()]
+    for res in found:
+        if not groups_stopped_early(res):
+            return res
+    old = found[-1] if found else None  # previous (committed) before the cache, as result_path
     ckpt = os.path.join(cache_dir, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     start = time.perf_counter()
