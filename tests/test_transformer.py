@@ -187,6 +187,35 @@ TINY = dict(d_model=32, n_layers=2, n_heads=4, n_train=256, epochs=2, batch=32, 
             evals_per_epoch=2, n_pairs=20)
 
 
+def test_flip_attack_flips_a_one_token_reader_and_not_a_pooler(monkeypatch):
+    """measure_groups on two hand-made models with the same attention (the CLS row of every head
+    on position 3, the other rows 0): one reads the group off that token alone (every attacked
+    pair flips), one takes the majority group of the 10 tokens (one swapped token never flips it)."""
+    import importlib
+
+    tr = importlib.import_module("sims.transformer.train")
+    cfg = RunConfig(kernel="softmax", normalise=True, **{**TINY, "n_test": 400, "n_pairs": 100})
+
+    def maps(model, x):
+        w = np.zeros((len(x), cfg.n_layers, cfg.n_heads, x.shape[1], x.shape[1]))
+        w[:, :, :, 0, 3] = 1.0
+        return w
+
+    def predict(model, x, task):
+        groups = group_of(x[:, 1:], vocab=cfg.group_vocab, n_groups=cfg.n_groups)
+        if model == "one-token":
+            return groups[:, 2]  # the token at position 3
+        return np.array([np.bincount(g, minlength=cfg.n_groups).argmax() for g in groups])
+
+    monkeypatch.setattr(tr, "_maps", maps)
+    monkeypatch.setattr(tr, "_predict", predict)
+    reader, pooler = tr.measure_groups("one-token", cfg), tr.measure_groups("pooler", cfg)
+    assert reader["group_acc"] == pooler["group_acc"] == 1.0 and reader["n_pairs"] == pooler["n_pairs"] == 100
+    assert reader["flip_rate"] == 1.0 and pooler["flip_rate"] == 0.0
+    # sparsity: the mean over rows of the largest share; only the CLS row of the 11 is non-zero
+    np.testing.assert_allclose(reader["sparsity_groups"], 1.0 / (cfg.n_context + 1))
+
+
 def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
     """A step whose loss is NaN (as in a diverged model) ends training at the next evaluation."""
     import importlib
