@@ -8,10 +8,10 @@ figure trains and the others load.
 
 Scale and cost (2 CPU cores): ``--quick`` trains 3 variants (softmax, sigmoid and linear
 without normalisation) of the paper-size model on 25.6k sequences for at most 800 steps of
-batch 128, one seed: 1110 s for the five figures on cores shared with four other jobs (about
-5 minutes expected on idle cores). Paper scale trains the 11 variants on 100k sequences (a
-training step of batch 256 took 0.8–3.8 s on the shared cores; the softmax run early-stopped
-after 1649 steps, 64 minutes); it trains only the runs that have no result file yet, and the
+batch 128, one seed: 425 s for the five figures in a fresh-clone CI run. Paper scale trains
+the 11 variants on 100k sequences (a training step of batch 256 takes 0.18–0.22 s on idle
+cores, 0.8–3.8 s on shared ones; ≈ 25 min per variant whose induction model does not stop
+early, group model included); it trains only the runs that have no result file yet, and the
 group model of a result written when group models still stopped early (their induction part is
 kept), resuming from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
 (missing variants are labelled in the figures).
