@@ -23,8 +23,8 @@ import os
 
 import numpy as np
 
-from .transformer.sweep import QUICK_VARIANTS, VARIANTS, collect, result_path, run_config, variant_name
-from .transformer.train import groups_stopped_early, load_result
+from .transformer.sweep import QUICK_VARIANTS, VARIANTS, collect, find_result, run_config, variant_name
+from .transformer.train import groups_stopped_early
 
 __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label"]
 
@@ -72,14 +72,11 @@ def config(quick: bool) -> dict:
     cfg = {"scale": "quick" if quick else "paper", "variants": [variant_name(*v) for v in variants],
            "seeds": list(SEEDS), "run": run, "train_missing": _train_missing(quick)}
     if not quick:
-        cfg["finished"] = [_finished(variant_name(k, n) + f"-s{s}", path) for k, n in variants for s in SEEDS
-                           if (path := result_path(run_config(k, n, s, quick), quick)) is not None]
+        hits = {variant_name(k, n) + f"-s{s}": find_result(run_config(k, n, s, quick), quick)
+                for k, n in variants for s in SEEDS}
+        cfg["finished"] = [name + (" (groups stopped early)" if groups_stopped_early(hit[1]) else "")
+                           for name, hit in hits.items() if hit is not None]
     return cfg
-
-
-def _finished(name: str, path: str) -> str:
-    """A finished run's entry in the config, marked where its group model stopped early."""
-    return name + (" (groups stopped early)" if groups_stopped_early(load_result(path)) else "")
 
 
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:

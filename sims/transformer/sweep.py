@@ -14,7 +14,8 @@ import sys
 
 from .train import RunConfig, groups_stopped_early, load_result, run, run_name
 
-__all__ = ["VARIANTS", "QUICK_VARIANTS", "run_config", "result_path", "collect", "CACHE", "COMMITTED"]
+__all__ = ["VARIANTS", "QUICK_VARIANTS", "run_config", "find_result", "result_path", "collect", "CACHE",
+           "COMMITTED"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.path.join(ROOT, ".cache", "transformer")
@@ -53,9 +54,9 @@ def _mode(quick: bool) -> str:
     return "quick" if quick else "paper"
 
 
-def result_path(cfg: RunConfig, quick: bool) -> str | None:
-    """The finished result file of ``cfg`` (committed first, then the cache), or ``None``; one
-    whose group model was stopped early (an older version) only if there is no other."""
+def find_result(cfg: RunConfig, quick: bool) -> tuple[str, dict] | None:
+    """``(path, result)`` of the finished result of ``cfg`` (committed first, then the cache), or
+    ``None``; one whose group model was stopped early (an older version) only if there is no other."""
     found = []
     for base in (COMMITTED, CACHE):
         path = os.path.join(base, _mode(quick), run_name(cfg) + ".npz")
@@ -63,9 +64,15 @@ def result_path(cfg: RunConfig, quick: bool) -> str | None:
             res = load_result(path)
             if res["config"] == cfg.to_dict():
                 if not groups_stopped_early(res):
-                    return path
-                found.append(path)
+                    return path, res
+                found.append((path, res))
     return found[0] if found else None
+
+
+def result_path(cfg: RunConfig, quick: bool) -> str | None:
+    """The path of :func:`find_result`, or ``None``."""
+    hit = find_result(cfg, quick)
+    return hit[0] if hit else None
 
 
 def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool = True) -> dict:
@@ -76,8 +83,8 @@ def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool
     for kernel, normalise in variants:
         for seed in seeds:
             cfg = run_config(kernel, normalise, seed, quick)
-            path = result_path(cfg, quick)
-            res = load_result(path) if path is not None else None
+            hit = find_result(cfg, quick)
+            res = hit[1] if hit else None
             if train_missing and (res is None or groups_stopped_early(res)):
                 res = run(cfg, os.path.join(CACHE, _mode(quick)), progress=progress, previous=res)
             if res is not None:
