@@ -15,9 +15,15 @@ import time
 
 from ._errors import GradflowValueError
 
-DEFAULT_OUT = "figures"
+DEFAULT_OUT = os.path.join("out", "figures")
+"""Where ``figures`` and ``reproduce`` write by default: git-ignored, so a run never dirties a clone.
+The committed gallery ``figures/`` is rebuilt only on purpose (``--out figures``)."""
 QUICK_TRIALS = 4  # trials per check for `reproduce --quick`
-REPRODUCE_OUT = "out"  # git-ignored: reproduce computes afresh instead of re-plotting the committed gallery
+
+
+def _progress(args) -> bool:
+    """Progress bars only on a terminal (a log file or pipe gets none) and never with ``--no-progress``."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def _cmd_figures(args) -> int:
@@ -34,7 +40,7 @@ def _cmd_figures(args) -> int:
         start = time.perf_counter()
         # reproduce: figures whose paper scale takes hours stay quick unless --paper-scale
         quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
-        record = build(fig_id, args.out, quick=quick, force=args.force, progress=not args.no_progress)
+        record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
         how = "re-plotted from cache" if record["cached"] else "computed"
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
@@ -72,7 +78,7 @@ def _cmd_sweep(args) -> int:
         points=args.points, solver=args.solver, max_steps=args.max_steps,
     )
     start = time.perf_counter()
-    res = run_sweep(spec, args.out, progress=not args.no_progress)
+    res = run_sweep(spec, args.out, progress=_progress(args))
     print(f"sweep: {len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
           f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s -> {args.out}/")
     return 0
@@ -89,9 +95,27 @@ def _print_check_table(results) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
-def _cmd_check(args) -> int:
-    from theory import get_check, run_checks
+def _check_statement(check_id: str) -> str:
+    """The statement a check tests, from its module's ``STATEMENTS`` table ("" if it has none)."""
+    import importlib
 
+    from theory import get_check
+
+    module = importlib.import_module(get_check(check_id).__module__)
+    return str(getattr(module, "STATEMENTS", {}).get(check_id, ""))
+
+
+def _cmd_check(args) -> int:
+    from theory import check_ids, get_check, run_checks
+
+    if args.list:
+        ids = args.ids or check_ids()
+        for cid in ids:
+            get_check(cid)
+        width = max(len(cid) for cid in ids)
+        for cid in ids:
+            print(f"{cid:{width}s}  {_check_statement(cid)}".rstrip())
+        return 0
     for cid in args.ids:  # unknown id: one-line error, exit 2 (before any computation)
         get_check(cid)
     results = run_checks(args.ids or None, trials=args.trials, seed=args.seed)
@@ -108,7 +132,7 @@ def _cmd_reproduce(args) -> int:
     results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
     _print_check_table(results)
     checks_ok = all(r.holds and not r.control_holds for r in results)
-    args.ids, args.list, args.verbose = [], False, True
+    args.ids, args.list = [], False
     status = _cmd_figures(args)
     n_ok = sum(r.holds and not r.control_holds for r in results)
     print(f"reproduce: {n_ok}/{len(results)} checks hold with failing controls; figures in {args.out}/")
@@ -148,21 +172,31 @@ def _parser() -> argparse.ArgumentParser:
     def add(name, **kw):
         return sub.add_parser(name, parents=[common], **kw)
 
-    def figure_opts(sp, out=DEFAULT_OUT):
+    def figure_opts(sp):
         sp.add_argument("--quick", action="store_true", help="shorter horizons/iterations (CI scale)")
         sp.add_argument("--force", action="store_true", help="recompute even if cached data matches the config")
-        sp.add_argument("--out", default=out, help=f"output folder (default: {out}/)")
-        sp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+        sp.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"output folder (default: {DEFAULT_OUT}/, git-ignored; "
+                             "--out figures rebuilds the committed gallery)")
+        sp.add_argument("--no-progress", action="store_true",
+                        help="hide progress bars (they are shown only when stderr is a terminal)")
+        sp.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary (JSON)")
 
-    f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id")
-    f.add_argument("ids", nargs="*", help="figure ids (default: all)")
+    f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
+            description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "
+                        "Sec. 4 transformer ids at paper scale train 11 models (about 4 h on 2 idle cores), "
+                        "--quick trains 3 (about 7 min). An unchanged config re-plots from the cached ID.npz.")
+    f.add_argument("ids", nargs="*", help="figure ids (default: all; see --list)")
     f.add_argument("--list", action="store_true", help="list the figure ids and exit")
-    f.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary")
     figure_opts(f)
     f.set_defaults(func=_cmd_figures)
 
-    c = add("check", help="run the theorem checks (SPEC §4) with their negative controls")
-    c.add_argument("ids", nargs="*", help="check ids (default: all)")
+    c = add("check", help="run the paper's theorems (Thms 3.2, 3.3, Lemma 3.5, ...) as checks with negative controls",
+            description="Each check runs a random experiment within the theorem's assumptions and a negative "
+                        "control where the statement must fail. Exit 0 when every check holds and every control "
+                        "fails, 1 otherwise.")
+    c.add_argument("ids", nargs="*", help="check ids (default: all; see --list)")
+    c.add_argument("--list", action="store_true", help="list the check ids with the statement each tests, and exit")
     c.add_argument("--trials", type=_count("trials", 1), default=16, help="random trials per check (default: 16)")
     c.add_argument("--seed", type=_count("seed", 0), default=0, help="base seed (default: 0)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
@@ -170,12 +204,17 @@ def _parser() -> argparse.ArgumentParser:
 
     r = add(
         "reproduce",
-        help=f"the main job: run the checks, then compute every figure (paper scale unless --quick) into {REPRODUCE_OUT}/",
+        help=f"the main job: run the checks, then every figure into {DEFAULT_OUT}/ "
+             "(about 11 min on 2 idle cores)",
+        description="Run every theorem check, then build every figure: paper scale, except the five Sec. 4 "
+                    "transformer figures, which are built in quick mode unless --paper-scale; --quick makes "
+                    "everything CI scale (fewer trials, shorter horizons). About 11 min on 2 idle CPU cores "
+                    "(about 20 min when the cores are shared); a killed run resumes from the finished figures.",
     )
-    figure_opts(r, out=REPRODUCE_OUT)
+    figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",
-                   help="also build the Sec. 4 transformer figures at paper scale (trains 11 models; "
-                        "about a day on 2 CPU cores) instead of quick mode (a few minutes)")
+                   help="build the Sec. 4 transformer figures at paper scale (trains 11 models: about 4 h on "
+                        "2 idle CPU cores; resumable) instead of quick mode (3 models, about 7 min)")
     r.set_defaults(func=_cmd_reproduce)
 
     w = add(
