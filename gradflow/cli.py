@@ -80,7 +80,8 @@ def _cmd_sweep(args) -> int:
     start = time.perf_counter()
     res = run_sweep(spec, args.out, progress=_progress(args))
     print(f"sweep: {len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
-          f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s -> {args.out}/")
+          f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s "
+          f"-> {args.out} (read it with xarray.open_zarr)")
     return 0
 
 
@@ -219,12 +220,16 @@ def _parser() -> argparse.ArgumentParser:
 
     w = add(
         "sweep",
-        help="seeds x configs grid, one batch and one .npz per chunk of seeds, resumable (rerun skips finished chunks)",
-        description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid.",
+        help="seeds x configs grid into one zarr store (xarray.open_zarr reads it); resumable",
+        description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid; "
+                    "every seed of every configuration is one run (V0 = init_scale*randn, a0 = 0, a random unit "
+                    "teacher, as in the paper's Fig. 2). One simulate_batch per chunk of seeds, one zarr chunk each; "
+                    "a rerun computes only the chunks not yet written. Dims: seed, loss_fn, n, normalization, t1, "
+                    "rtol, init_scale, t, dim, token.",
     )
-    w.add_argument("out", help="sweep folder (sweep.json + one cNNN-sAAAAAA-BBBBBB.npz per chunk)")
+    w.add_argument("out", help="the zarr store (a folder) to create, or to resume")
     w.add_argument("--seeds", type=_seeds, default=(0, 64), help="START:STOP (default 0:64)")
-    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk/file (default 64)")
+    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one batch, one zarr chunk (default 64)")
     w.add_argument("--loss", type=_grid(str, "--loss"), default=("logistic",), help="logistic,square (default logistic)")
     w.add_argument("--n", type=_grid(int, "--n"), default=(8,), help="sizes n = d (default 8)")
     w.add_argument("--normalization", type=_grid(str, "--normalization"), default=("softmax",), help="maps (default softmax)")
