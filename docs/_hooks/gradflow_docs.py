@@ -2,8 +2,10 @@
 
 - Bundles MathJax (``tex-svg.js``, self-contained SVG output) from the ``django-static-mathjax``
   package into the site, so equations render without network access.
-- Adds the committed gallery (``figures/*.png``, ``*.gif``) under ``figures/`` so the Figures page
+- Adds the committed gallery (``figures/**.png``, ``*.gif``) under ``figures/`` so the Figures page
   (which includes ``figures/README.md``) shows the plots.
+- ``<!-- include PATH [demote] -->`` on its own line includes a repository file (the gallery's and
+  the benchmarks' reports), with the blank line before lists that Python-Markdown needs.
 - Executes every ``examples/*.py`` (in a temporary folder, ``MPLBACKEND=Agg``) and generates one
   page per example with its source, its printed output and the PNGs it wrote; an example that
   fails (non-zero exit) fails the build. ``GRADFLOW_DOCS_SKIP_EXAMPLES=1`` skips the runs (pages
@@ -19,6 +21,7 @@ import ast
 import glob
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -112,7 +115,30 @@ def _public_names() -> list[str]:
 _MODULES = {"maps"}  # public names that are modules: documented on their own below
 
 
+_INCLUDE = re.compile(r"^<!-- include (\S+)( demote)? -->$", re.MULTILINE)
+
+
+def _include(match) -> str:
+    """The text of a repository file for ``<!-- include PATH [demote] -->``: a blank line is put
+    before a list that follows a paragraph line (GitHub renders such lists, Python-Markdown does
+    not); ``demote`` moves every heading one level down."""
+    with open(os.path.join(ROOT, match.group(1))) as f:
+        lines = f.read().splitlines()
+    out, fenced = [], False
+    for line in lines:
+        if line.startswith("```"):
+            fenced = not fenced
+        if not fenced:
+            if match.group(2) and line.startswith("#"):
+                line = "#" + line
+            if line.startswith("- ") and out and out[-1].strip() and not out[-1].startswith(("- ", " ", "|")):
+                out.append("")
+        out.append(line)
+    return "\n".join(out)
+
+
 def on_page_markdown(markdown, page, config, files):
+    markdown = _INCLUDE.sub(_include, markdown)
     if "<!-- gradflow-api -->" not in markdown:
         return markdown
     blocks = []
