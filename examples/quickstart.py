@@ -29,5 +29,5 @@ assert flow.ok and int(np.argmax(np.asarray(flow.s[-1]))) == top, "the top-u tok
 
 os.makedirs("out/examples", exist_ok=True)
 fig = gradflow.plot.trajectory(flow, gd=gd)
-fig.savefig("out/examples/quickstart.png")
+fig.savefig("out/examples/quickstart.png", dpi=200)
 print("plot: out/examples/quickstart.png")

@@ -43,5 +43,5 @@ print(f"least polarised seed: {int(ds.seed[slowest])} "
 assert bool(winner_is_top_u0.all()), "Thm 3.3(c): the weights polarise onto the top-u(0) token"
 
 os.makedirs("out/examples", exist_ok=True)
-gradflow.plot.sweep(xr.open_zarr(out)).savefig("out/examples/sweep.png")
+gradflow.plot.sweep(xr.open_zarr(out)).savefig("out/examples/sweep.png", dpi=200)
 print("plot: out/examples/sweep.png")

@@ -51,7 +51,10 @@ def _example_page(script: str, out_dir: str, run: dict | None) -> str:
     name = os.path.splitext(os.path.basename(script))[0]
     with open(script) as f:
         source = f.read()
-    doc = ast.get_docstring(ast.parse(source)) or name
+    tree = ast.parse(source)
+    doc = ast.get_docstring(tree) or name
+    if ast.get_docstring(tree) is not None:  # the docstring is the page's text: show the code below it
+        source = "\n".join(source.splitlines()[tree.body[0].end_lineno:]).lstrip("\n")
     title, _, rest = doc.partition("\n")
     lines = [f"# {title.strip()}", "", rest.strip(), "",
              f"Source: `examples/{name}.py` (run it with `python examples/{name}.py` from the repository root).", "",
