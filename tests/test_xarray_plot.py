@@ -18,6 +18,15 @@ TS = np.array([0.0, 1.0, 10.0, 100.0])
 
 
 @pytest.fixture(scope="module")
+def batch():
+    """Two lanes, solved as ``gradflow sweep`` solves a chunk (a list of losses, the same shapes
+    and settings as the sweep test below, so one compiled solve serves both)."""
+    V0s = np.stack([V0, V0[::-1]])
+    return gradflow.simulate_batch([gradflow.LogisticTeacher(BETA)] * 2, V0s, np.zeros((2, 3)), t1=10.0,
+                                   ts=TS[:3], rtol=1e-8, atol=1e-10, max_steps=16384)
+
+
+@pytest.fixture(scope="module")
 def flow():
     return gradflow.simulate(gradflow.LogisticTeacher(BETA), V0, np.zeros(3), t1=100.0, ts=TS)
 
@@ -40,10 +49,8 @@ def test_to_xarray_labels_every_field(flow):
     np.testing.assert_array_equal(ds["s"].sel(t=10.0).values, np.asarray(flow.s)[2])
 
 
-def test_to_xarray_batch_and_gd():
+def test_to_xarray_batch_and_gd(batch):
     """A batch gains a leading ``run`` dim (lane i is ``traj[i]``); GD carries ``k`` with t = lr·k."""
-    V0s = np.stack([V0, V0[::-1]])
-    batch = gradflow.simulate_batch(gradflow.LogisticTeacher(BETA), V0s, np.zeros((2, 3)), t1=10.0, ts=TS[:3])
     ds = batch.to_xarray()
     assert ds["s"].dims == ("run", "t", "token") and ds.sizes["run"] == 2
     np.testing.assert_array_equal(ds["s"].isel(run=1).values, np.asarray(batch[1].s))
@@ -81,11 +88,9 @@ def test_plot_trajectory_draws_the_runs_own_data(flow):
 
 @pytest.mark.parametrize("bad, match", [("batch", "traj: got 'a batch of 2 runs'"), ("panels", "panels: got"),
                                         ("notraj", "traj: got 'ndarray'")])
-def test_plot_trajectory_refuses_bad_input(flow, bad, match):
+def test_plot_trajectory_refuses_bad_input(flow, batch, bad, match):
     if bad == "batch":
-        V0s = np.stack([V0, V0])
-        arg = gradflow.simulate_batch(gradflow.LogisticTeacher(BETA), V0s, np.zeros((2, 3)), t1=1.0, ts=TS[:2])
-        kw = {}
+        arg, kw = batch, {}
     elif bad == "panels":
         arg, kw = flow, {"panels": ("s", "weights")}
     else:
@@ -98,11 +103,11 @@ def test_plot_sweep_histograms_the_final_weights(tmp_path):
     """The left histogram counts every written, ok seed once, at its final largest weight."""
     from gradflow.sweep import SweepSpec, load_sweep, run_sweep
 
-    run_sweep(SweepSpec(seed_stop=5, chunk=5, n=(3,), t1=(1e3,), points=4), tmp_path / "sw.zarr", progress=False)
+    run_sweep(SweepSpec(seed_stop=2, chunk=2, n=(3,), t1=(10.0,), points=2), tmp_path / "sw.zarr", progress=False)
     ds = load_sweep(tmp_path / "sw.zarr")
     fig = gradflow.plot.sweep(ds)
     counts = sum(p.get_height() for p in fig.axes[0].patches)
-    assert counts == 5
+    assert counts == 2
     smax = ds["s"].isel(t=-1).max("token").values.ravel()
     lo, hi = fig.axes[0].patches[0].get_x(), fig.axes[0].patches[-1].get_x() + fig.axes[0].patches[-1].get_width()
     assert lo == pytest.approx(smax.min()) and hi == pytest.approx(smax.max())
