@@ -69,20 +69,53 @@ def _seeds(text):
     return lo, hi
 
 
-def _cmd_sweep(args) -> int:
-    from .sweep import SweepSpec, run_sweep
+def _init_distributed(args) -> bool:
+    """Join JAX's multi-controller runtime when asked (before any JAX computation); returns
+    whether this is a multi-process run."""
+    explicit = (args.coordinator, args.num_processes, args.process_id)
+    if all(v is None for v in explicit) and not args.distributed:
+        return False
+    if any(v is None for v in explicit) and not all(v is None for v in explicit):
+        raise GradflowValueError("--coordinator, --num-processes, --process-id: got only some of them; expected all "
+                                 "three, or none (with --distributed: detected from the cluster launcher's environment)")
+    if args.process_id is not None and args.process_id >= args.num_processes:
+        raise GradflowValueError(f"--process-id: got {args.process_id}; expected an integer in [0, {args.num_processes})")
+    import jax
 
+    jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                               process_id=args.process_id, initialization_timeout=args.init_timeout)
+    return True
+
+
+def _cmd_sweep(args) -> int:
+    from .sweep import SweepSpec, load_sweep, run_sweep
+
+    distributed = _init_distributed(args)  # first: before anything starts a JAX backend
     spec = SweepSpec(
         seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
         normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
         points=args.points, solver=args.solver, max_steps=args.max_steps,
     )
+    import jax
+
+    index, count = (jax.process_index(), jax.process_count()) if distributed else (0, 1)
     start = time.perf_counter()
-    res = run_sweep(spec, args.out, progress=_progress(args))
-    print(f"sweep: {len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
+    res = run_sweep(spec, args.out, progress=_progress(args), process_index=index, process_count=count,
+                    devices=jax.local_devices())
+    who = f"process {index}/{count}: " if distributed else ""
+    print(f"sweep: {who}{len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
           f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s "
           f"-> {args.out} (read it with xarray.open_zarr)")
-    return 0
+    if not distributed:
+        return 0
+    try:  # a barrier: every process has written its chunks
+        jax.distributed.shutdown()
+    except Exception as err:  # noqa: BLE001 - a peer that died: its chunks are left for a rerun
+        print(f"gradflow: warning: distributed shutdown failed ({err}); rerun to complete the store", file=sys.stderr)
+    done = load_sweep(args.out)["done"].values
+    if index == 0:
+        print(f"sweep: store {'complete' if done.all() else 'INCOMPLETE'}: {int(done.sum())} of {done.size} runs written")
+    return 0 if done.all() else 1
 
 
 def _print_check_table(results) -> None:
@@ -239,7 +272,18 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--points", type=int, default=50, help="save points per run (default 50)")
     w.add_argument("--solver", default="auto", help="solver (default auto)")
     w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
-    w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    w.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
+    d = w.add_argument_group(
+        "across processes/hosts (jax.distributed)",
+        "Start the same command once per process; each solves its share of the chunks on its own devices and "
+        "writes its regions of the one store (a shared file system for OUT). A rerun completes what is missing.")
+    d.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0's coordination service")
+    d.add_argument("--num-processes", type=_count("num-processes", 1), help="number of processes")
+    d.add_argument("--process-id", type=_count("process-id", 0), help="this process's index in [0, N)")
+    d.add_argument("--distributed", action="store_true",
+                   help="join jax.distributed with the settings a cluster launcher (SLURM, Open MPI, ...) exports")
+    d.add_argument("--init-timeout", type=_count("init-timeout", 1), default=300,
+                   help="seconds to wait for every process to join (default 300)")
     w.set_defaults(func=_cmd_sweep)
     return p
 

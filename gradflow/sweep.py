@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+import jax
 import jax.numpy as jnp
 
 from ._errors import bad_arg
@@ -137,14 +138,16 @@ _FLOAT_VARS = {  # name -> dims after the grid axes and `seed`
 _OTHER_VARS = {"valid": (("t",), "bool"), "num_steps": ((), "int64"), "status": ((), "<U16"), "done": ((), "bool")}
 
 
-def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int) -> dict:
-    """Solve one chunk; its arrays padded to the grid's largest ``n`` (NaN)."""
+def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int, devices=None) -> dict:
+    """Solve one chunk (on ``devices``; default all of this process's); its arrays padded to the
+    grid's largest ``n`` (NaN)."""
     seeds = np.arange(lo, hi)
     V0s, a0s, losses = _draws(cfg, seeds)
     ts = default_ts(cfg["t1"], spec.points)
     traj = simulate_batch(
         losses, V0s, a0s, t1=cfg["t1"], ts=ts, rtol=cfg["rtol"], atol=cfg["rtol"] / 100,
         normalization=cfg["normalization"], solver=spec.solver, max_steps=spec.max_steps,
+        devices=list(devices) if devices is not None else jax.local_devices(),
     )
     n, n_max = int(cfg["n"]), max(spec.n)
     out = {}
@@ -229,15 +232,26 @@ def _stored_spec(out: str) -> dict | None:
         return None
 
 
-def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) -> dict:
+def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True, *, process_index: int = 0,
+              process_count: int = 1, devices=None) -> dict:
     """Run (or resume) the sweep ``spec`` into the zarr store ``out``.
 
-    **Returns:** ``dict(computed=[...], skipped=[...])``: the chunks ``(config_index, seed_lo,
-    seed_hi)`` solved now and those already written.
+    Several processes (e.g. one per host, under ``jax.distributed``) share one sweep: process
+    ``process_index`` of ``process_count`` takes the chunks ``k`` (in :meth:`SweepSpec.chunks`
+    order) with ``k % process_count == process_index`` and writes their regions of the one store;
+    any process may create the store (one creation wins, the others find the same spec). Each
+    solves on ``devices`` (default: ``jax.local_devices()``, this process's own).
+
+    **Returns:** ``dict(computed=[...], skipped=[...])``: this process's chunks
+    ``(config_index, seed_lo, seed_hi)`` solved now and those already written.
 
     **Raises:** :class:`gradflow.GradflowValueError` if ``out`` exists and is not the store of
-    the same sweep (another spec, or not a gradflow sweep store).
+    the same sweep (another spec, or not a gradflow sweep store), or for ``process_count < 1``
+    or ``process_index`` outside ``[0, process_count)``.
     """
+    check_positive_int("process_count", process_count)
+    if isinstance(process_index, bool) or not isinstance(process_index, (int, np.integer)) or not 0 <= process_index < process_count:
+        raise bad_arg("process_index", process_index, f"an integer in [0, {process_count})")
     import xarray as xr
     import zarr
 
@@ -245,7 +259,10 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) ->
     spec_json = spec.to_json()
     if not os.path.exists(out) or (os.path.isdir(out) and not os.listdir(out)):
         if os.path.isdir(out):
-            os.rmdir(out)
+            try:
+                os.rmdir(out)
+            except OSError:  # another process's store appeared meanwhile
+                pass
         _create_store(spec, out)
     old = _stored_spec(out)
     if old != spec_json:
@@ -254,7 +271,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) ->
     done = np.asarray(zarr.open_array(os.path.join(out, "done"), mode="r")[...])
     grid = spec.grid_shape
     computed, skipped = [], []
-    chunks = list(spec.chunks())
+    chunks = [chunk for k, chunk in enumerate(spec.chunks()) if k % process_count == process_index]
     with tqdm(total=len(chunks), desc="sweep", unit="chunk", disable=not progress) as bar:
         for c, lo, hi in chunks:
             index = np.unravel_index(c, grid)
@@ -262,7 +279,7 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) ->
             if done[tuple(index) + (seeds,)].all():
                 skipped.append((c, lo, hi))
             else:
-                arrays = _run_chunk(spec, spec.configs[c], lo, hi)
+                arrays = _run_chunk(spec, spec.configs[c], lo, hi, devices)
                 region = {dim: slice(int(i), int(i) + 1) for dim, i in zip(GRID_DIMS, index)}
                 region["seed"] = seeds
                 lead = (1,) * len(grid)
