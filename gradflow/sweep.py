@@ -13,11 +13,16 @@ seeds of one configuration is one zarr chunk of every variable, written by one r
 chunks that are not ``done`` (a run killed mid-write recomputes that chunk). A different spec for
 an existing store is refused. ``attrs``: ``spec`` (JSON) and package versions.
 
-Per seed (NumPy ``RandomState(seed)`` in the order of the authors' Fig. 2 notebook; docs: Figures): ``V0 = init_scale·randn(d, n)``,
-``a0 = 0·randn(n)`` (the draw is consumed, as the authors did), ``β* = randn(d)/‖·‖``; so seed 123,
-``n = 8``, ``init_scale = 0.1`` is Fig. 2's run. Every run starts from ``a0 = 0``, so only maps
-defined there (non-zero denominator at ``a = 0``) are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or
-``SquareLoss(β*)`` (``loss="square"``, paper Eq. 8).
+Per seed (NumPy ``RandomState(seed)`` in the order of the authors' Fig. 2 notebook; docs:
+Figures): ``V0 = init_scale·randn(d, n)``, ``a0 = 0·randn(n)`` (the draw is consumed, as the
+authors did), ``β* = randn(d)/‖·‖``; so seed 123, ``n = 8``, ``init_scale = 0.1`` is Fig. 2's run.
+Every run starts from ``a0 = 0``, so only maps defined there (non-zero denominator at ``a = 0``)
+are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or ``SquareLoss(β*)``
+(``loss="square"``, paper Eq. 8).
+
+Across processes (``jax.distributed``, one process per host): :func:`run_sweep` with
+``process_index``/``process_count`` (``gradflow sweep --coordinator ... --num-processes N
+--process-id I``); see the docs page "Labelled data and sweeps".
 """
 
 from __future__ import annotations
