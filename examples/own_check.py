@@ -2,7 +2,7 @@
 
 Under the logistic teacher the reduced system gives `du_i/dt = γ ‖β*‖² s_i ≥ 0`: every
 `u_i(t) = ⟨v_i, β*⟩` is non-decreasing. As a check: a signed, dimensionless margin per trial
-(the most negative step of `u` relative to its scale, plus a round-off allowance), evaluated on 64
+(the most negative step of `u` relative to its scale, plus a round-off allowance), evaluated on 32
 random seeds with `gradflow.simulate_batch`. The negative control is a case where the statement is
 false — the square loss `½‖β* − β‖²` started beyond its target (`V(0) ≈ 3 β* 1ᵀ`, flow to `t = 100`), where `β`
 must shrink back and `u` decreases — and the check must report that it fails there. The margin is a
