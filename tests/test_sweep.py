@@ -27,11 +27,11 @@ def test_sweep_store_resumes_only_the_missing_chunk(tmp_path, capsys, monkeypatc
     out = tmp_path / "sw.zarr"
     real, calls = sweep_mod._run_chunk, []
 
-    def dies_on_third(spec, cfg, lo, hi):
+    def dies_on_third(spec, cfg, lo, hi, devices=None):
         calls.append((lo, hi))
         if len(calls) == 3:
             raise KeyboardInterrupt
-        return real(spec, cfg, lo, hi)
+        return real(spec, cfg, lo, hi, devices)
 
     monkeypatch.setattr(sweep_mod, "_run_chunk", dies_on_third)
     assert cli.main(["sweep", str(out), *ARGS]) == 130
