@@ -15,9 +15,15 @@ import time
 
 from ._errors import GradflowValueError
 
-DEFAULT_OUT = "figures"
+DEFAULT_OUT = os.path.join("out", "figures")
+"""Where ``figures`` and ``reproduce`` write by default: git-ignored, so a run never dirties a clone.
+The committed gallery ``figures/`` is rebuilt only on purpose (``--out figures``)."""
 QUICK_TRIALS = 4  # trials per check for `reproduce --quick`
-REPRODUCE_OUT = "out"  # git-ignored: reproduce computes afresh instead of re-plotting the committed gallery
+
+
+def _progress(args) -> bool:
+    """Progress bars only on a terminal (a log file or pipe gets none) and never with ``--no-progress``."""
+    return not args.no_progress and sys.stderr.isatty()
 
 
 def _cmd_figures(args) -> int:
@@ -34,7 +40,7 @@ def _cmd_figures(args) -> int:
         start = time.perf_counter()
         # reproduce: figures whose paper scale takes hours stay quick unless --paper-scale
         quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
-        record = build(fig_id, args.out, quick=quick, force=args.force, progress=not args.no_progress)
+        record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
         how = "re-plotted from cache" if record["cached"] else "computed"
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
@@ -63,19 +69,53 @@ def _seeds(text):
     return lo, hi
 
 
-def _cmd_sweep(args) -> int:
-    from .sweep import SweepSpec, run_sweep
+def _init_distributed(args) -> bool:
+    """Join JAX's multi-controller runtime when asked (before any JAX computation); returns
+    whether this is a multi-process run."""
+    explicit = (args.coordinator, args.num_processes, args.process_id)
+    if all(v is None for v in explicit) and not args.distributed:
+        return False
+    if any(v is None for v in explicit) and not all(v is None for v in explicit):
+        raise GradflowValueError("--coordinator, --num-processes, --process-id: got only some of them; expected all "
+                                 "three, or none (with --distributed: detected from the cluster launcher's environment)")
+    if args.process_id is not None and args.process_id >= args.num_processes:
+        raise GradflowValueError(f"--process-id: got {args.process_id}; expected an integer in [0, {args.num_processes})")
+    import jax
 
+    jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
+                               process_id=args.process_id, initialization_timeout=args.init_timeout)
+    return True
+
+
+def _cmd_sweep(args) -> int:
+    from .sweep import SweepSpec, load_sweep, run_sweep
+
+    distributed = _init_distributed(args)  # first: before anything starts a JAX backend
     spec = SweepSpec(
         seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
         normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
         points=args.points, solver=args.solver, max_steps=args.max_steps,
     )
+    import jax
+
+    index, count = (jax.process_index(), jax.process_count()) if distributed else (0, 1)
     start = time.perf_counter()
-    res = run_sweep(spec, args.out, progress=not args.no_progress)
-    print(f"sweep: {len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
-          f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s -> {args.out}/")
-    return 0
+    res = run_sweep(spec, args.out, progress=_progress(args), process_index=index, process_count=count,
+                    devices=jax.local_devices())
+    who = f"process {index}/{count}: " if distributed else ""
+    print(f"sweep: {who}{len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
+          f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s "
+          f"-> {args.out} (read it with xarray.open_zarr)")
+    if not distributed:
+        return 0
+    try:  # a barrier: every process has written its chunks
+        jax.distributed.shutdown()
+    except Exception as err:  # noqa: BLE001 - a peer that died: its chunks are left for a rerun
+        print(f"gradflow: warning: distributed shutdown failed ({err}); rerun to complete the store", file=sys.stderr)
+    done = load_sweep(args.out)["done"].values
+    if index == 0:
+        print(f"sweep: store {'complete' if done.all() else 'INCOMPLETE'}: {int(done.sum())} of {done.size} runs written")
+    return 0 if done.all() else 1
 
 
 def _print_check_table(results) -> None:
@@ -89,9 +129,27 @@ def _print_check_table(results) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
 
 
-def _cmd_check(args) -> int:
-    from theory import get_check, run_checks
+def _check_statement(check_id: str) -> str:
+    """The statement a check tests, from its module's ``STATEMENTS`` table ("" if it has none)."""
+    import importlib
 
+    from theory import get_check
+
+    module = importlib.import_module(get_check(check_id).__module__)
+    return str(getattr(module, "STATEMENTS", {}).get(check_id, ""))
+
+
+def _cmd_check(args) -> int:
+    from theory import check_ids, get_check, run_checks
+
+    if args.list:
+        ids = args.ids or check_ids()
+        for cid in ids:
+            get_check(cid)
+        width = max(len(cid) for cid in ids)
+        for cid in ids:
+            print(f"{cid:{width}s}  {_check_statement(cid)}".rstrip())
+        return 0
     for cid in args.ids:  # unknown id: one-line error, exit 2 (before any computation)
         get_check(cid)
     results = run_checks(args.ids or None, trials=args.trials, seed=args.seed)
@@ -108,7 +166,7 @@ def _cmd_reproduce(args) -> int:
     results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
     _print_check_table(results)
     checks_ok = all(r.holds and not r.control_holds for r in results)
-    args.ids, args.list, args.verbose = [], False, True
+    args.ids, args.list = [], False
     status = _cmd_figures(args)
     n_ok = sum(r.holds and not r.control_holds for r in results)
     print(f"reproduce: {n_ok}/{len(results)} checks hold with failing controls; figures in {args.out}/")
@@ -148,21 +206,31 @@ def _parser() -> argparse.ArgumentParser:
     def add(name, **kw):
         return sub.add_parser(name, parents=[common], **kw)
 
-    def figure_opts(sp, out=DEFAULT_OUT):
+    def figure_opts(sp):
         sp.add_argument("--quick", action="store_true", help="shorter horizons/iterations (CI scale)")
         sp.add_argument("--force", action="store_true", help="recompute even if cached data matches the config")
-        sp.add_argument("--out", default=out, help=f"output folder (default: {out}/)")
-        sp.add_argument("--no-progress", action="store_true", help="hide progress bars")
+        sp.add_argument("--out", default=DEFAULT_OUT,
+                        help=f"output folder (default: {DEFAULT_OUT}/, git-ignored; "
+                             "--out figures rebuilds the committed gallery)")
+        sp.add_argument("--no-progress", action="store_true",
+                        help="hide progress bars (they are shown only when stderr is a terminal)")
+        sp.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary (JSON)")
 
-    f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id")
-    f.add_argument("ids", nargs="*", help="figure ids (default: all)")
+    f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
+            description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "
+                        "Sec. 4 transformer ids at paper scale train 11 models (about 4 h on 2 idle cores), "
+                        "--quick trains 3 (about 7 min). An unchanged config re-plots from the cached ID.npz.")
+    f.add_argument("ids", nargs="*", help="figure ids (default: all; see --list)")
     f.add_argument("--list", action="store_true", help="list the figure ids and exit")
-    f.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary")
     figure_opts(f)
     f.set_defaults(func=_cmd_figures)
 
-    c = add("check", help="run the theorem checks (SPEC §4) with their negative controls")
-    c.add_argument("ids", nargs="*", help="check ids (default: all)")
+    c = add("check", help="run the paper's theorems (Thms 3.2, 3.3, Lemma 3.5, ...) as checks with negative controls",
+            description="Each check runs a random experiment within the theorem's assumptions and a negative "
+                        "control where the statement must fail. Exit 0 when every check holds and every control "
+                        "fails, 1 otherwise.")
+    c.add_argument("ids", nargs="*", help="check ids (default: all; see --list)")
+    c.add_argument("--list", action="store_true", help="list the check ids with the statement each tests, and exit")
     c.add_argument("--trials", type=_count("trials", 1), default=16, help="random trials per check (default: 16)")
     c.add_argument("--seed", type=_count("seed", 0), default=0, help="base seed (default: 0)")
     c.add_argument("--json", action="store_true", help="print a JSON list of results instead of a table")
@@ -170,22 +238,31 @@ def _parser() -> argparse.ArgumentParser:
 
     r = add(
         "reproduce",
-        help=f"the main job: run the checks, then compute every figure (paper scale unless --quick) into {REPRODUCE_OUT}/",
+        help=f"the main job: run the checks, then every figure into {DEFAULT_OUT}/ "
+             "(about 11 min on 2 idle cores)",
+        description="Run every theorem check, then build every figure: paper scale, except the five Sec. 4 "
+                    "transformer figures, which are built in quick mode unless --paper-scale; --quick makes "
+                    "everything CI scale (fewer trials, shorter horizons). About 11 min on 2 idle CPU cores "
+                    "(about 20 min when the cores are shared); a killed run resumes from the finished figures.",
     )
-    figure_opts(r, out=REPRODUCE_OUT)
+    figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",
-                   help="also build the Sec. 4 transformer figures at paper scale (trains 11 models; "
-                        "about a day on 2 CPU cores) instead of quick mode (a few minutes)")
+                   help="build the Sec. 4 transformer figures at paper scale (trains 11 models: about 4 h on "
+                        "2 idle CPU cores; resumable) instead of quick mode (3 models, about 7 min)")
     r.set_defaults(func=_cmd_reproduce)
 
     w = add(
         "sweep",
-        help="seeds x configs grid, one batch and one .npz per chunk of seeds, resumable (rerun skips finished chunks)",
-        description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid.",
+        help="seeds x configs grid into one zarr store (xarray.open_zarr reads it); resumable",
+        description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid; "
+                    "every seed of every configuration is one run (V0 = init_scale*randn, a0 = 0, a random unit "
+                    "teacher, as in the paper's Fig. 2). One simulate_batch per chunk of seeds, one zarr chunk each; "
+                    "a rerun computes only the chunks not yet written. Dims: seed, loss_fn, n, normalization, t1, "
+                    "rtol, init_scale, t, dim, token.",
     )
-    w.add_argument("out", help="sweep folder (sweep.json + one cNNN-sAAAAAA-BBBBBB.npz per chunk)")
+    w.add_argument("out", help="the zarr store (a folder) to create, or to resume")
     w.add_argument("--seeds", type=_seeds, default=(0, 64), help="START:STOP (default 0:64)")
-    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk/file (default 64)")
+    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one batch, one zarr chunk (default 64)")
     w.add_argument("--loss", type=_grid(str, "--loss"), default=("logistic",), help="logistic,square (default logistic)")
     w.add_argument("--n", type=_grid(int, "--n"), default=(8,), help="sizes n = d (default 8)")
     w.add_argument("--normalization", type=_grid(str, "--normalization"), default=("softmax",), help="maps (default softmax)")
@@ -195,7 +272,18 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--points", type=int, default=50, help="save points per run (default 50)")
     w.add_argument("--solver", default="auto", help="solver (default auto)")
     w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
-    w.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    w.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
+    d = w.add_argument_group(
+        "across processes/hosts (jax.distributed)",
+        "Start the same command once per process; each solves its share of the chunks on its own devices and "
+        "writes its regions of the one store (a shared file system for OUT). A rerun completes what is missing.")
+    d.add_argument("--coordinator", metavar="HOST:PORT", help="address of process 0's coordination service")
+    d.add_argument("--num-processes", type=_count("num-processes", 1), help="number of processes")
+    d.add_argument("--process-id", type=_count("process-id", 0), help="this process's index in [0, N)")
+    d.add_argument("--distributed", action="store_true",
+                   help="join jax.distributed with the settings a cluster launcher (SLURM, Open MPI, ...) exports")
+    d.add_argument("--init-timeout", type=_count("init-timeout", 1), default=300,
+                   help="seconds to wait for every process to join (default 300)")
     w.set_defaults(func=_cmd_sweep)
     return p
 

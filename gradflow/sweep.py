@@ -1,16 +1,28 @@
-"""Grids of seeds × configurations, run in chunks of seeds (one :func:`simulate_batch` each),
-one data file per chunk, resumable (``gradflow sweep``).
+"""Grids of seeds × configurations, run in chunks of seeds (one :func:`simulate_batch` each)
+into one zarr store, resumable (``gradflow sweep``).
 
-A sweep lives in one folder: ``sweep.json`` (the spec) and ``cNNN-sAAAAAA-BBBBBB.npz`` per
-chunk (configuration ``NNN``, seeds ``AAAAAA ≤ seed < BBBBBB``), each written atomically. A
-rerun with the same spec skips chunks whose file exists; a different spec in the same folder
-is refused.
+A sweep is one zarr store (format 2, consolidated metadata) that ``xarray.open_zarr(OUT)`` (or
+:func:`load_sweep`) reads as a Dataset with dims ``seed``, one per grid axis (``loss_fn``, ``n``,
+``normalization``, ``t1``, ``rtol``, ``init_scale``; length 1 when not swept), ``t`` (saved
+points; the flow time is ``time(t1, t)``), ``dim`` and ``token`` (rows and columns of ``V``,
+padded with NaN to the largest ``n`` of the grid). Variables: ``V``, ``a``, ``s``, ``u``,
+``beta_star``, ``loss``, ``Gamma``, ``entropy``, ``valid``, ``num_steps``, ``status`` (names of
+:data:`gradflow.STATUS`), ``t_end`` and ``done`` (whether that chunk is written). Each chunk of
+seeds of one configuration is one zarr chunk of every variable, written by one region write; its
+``done`` entries are written after its data, so a rerun with the same spec computes exactly the
+chunks that are not ``done`` (a run killed mid-write recomputes that chunk). A different spec for
+an existing store is refused. ``attrs``: ``spec`` (JSON) and package versions.
 
-Per seed (NumPy ``RandomState(seed)``, Fig. 2's order, as the authors' notebook draws them): ``V0 = init_scale·randn(d, n)``,
-``a0 = 0·randn(n)`` (the draw is consumed, as the authors did), ``β* = randn(d)/‖·‖``; so seed 123,
-``n = 8``, ``init_scale = 0.1`` is Fig. 2's run. Every run starts from ``a0 = 0``, so only maps
-defined there (non-zero denominator at ``a = 0``) are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or
-``SquareLoss(β*)`` (``loss="square"``, paper Eq. 8).
+Per seed (NumPy ``RandomState(seed)`` in the order of the authors' Fig. 2 notebook; docs:
+Figures): ``V0 = init_scale·randn(d, n)``, ``a0 = 0·randn(n)`` (the draw is consumed, as the
+authors did), ``β* = randn(d)/‖·‖``; so seed 123, ``n = 8``, ``init_scale = 0.1`` is Fig. 2's run.
+Every run starts from ``a0 = 0``, so only maps defined there (non-zero denominator at ``a = 0``)
+are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or ``SquareLoss(β*)``
+(``loss="square"``, paper Eq. 8).
+
+Across processes (``jax.distributed``, one process per host): :func:`run_sweep` with
+``process_index``/``process_count`` (``gradflow sweep --coordinator ... --num-processes N
+--process-id I``); see the docs page "Labelled data and sweeps".
 """
 
 from __future__ import annotations
@@ -23,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 from tqdm.auto import tqdm
 
+import jax
 import jax.numpy as jnp
 
 from ._errors import bad_arg
@@ -31,12 +44,14 @@ from ._engine.solve import SOLVERS, default_ts
 from .simulate import simulate_batch
 from .losses import LogisticTeacher, SquareLoss
 from .maps import MAPS, apply_map
-from .trajectory import atomic_write
+from .trajectory import STATUS
 
-__all__ = ["SweepSpec", "run_sweep", "load_sweep", "GRID_KEYS"]
+__all__ = ["SweepSpec", "run_sweep", "load_sweep", "GRID_KEYS", "GRID_DIMS"]
 
 GRID_KEYS = ("loss", "n", "normalization", "t1", "rtol", "init_scale")
 """Spec fields that take a list of values; the grid is their Cartesian product."""
+GRID_DIMS = ("loss_fn", "n", "normalization", "t1", "rtol", "init_scale")
+"""The store's dimension for each of :data:`GRID_KEYS` (``loss`` is the loss value there)."""
 LOSSES = ("logistic", "square")
 _AT_ZERO = "e.g. softmax, sigmoid, sigmoid-norm, elu, elu-norm, sparsemax; not l1, sum, l2, relu (0/0 at a = 0)"
 
@@ -48,7 +63,7 @@ class SweepSpec:
     - ``loss``: list of ``"logistic"``/``"square"``; ``n``: list of sizes (``d = n``);
       ``normalization``: list of map names; ``t1``: list of flow horizons; ``rtol``: list of
       tolerances (``atol = rtol/100``); ``init_scale``: list of scales of ``V0``.
-    - ``chunk``: seeds per chunk (one batch, one file); ``points``: save points per run
+    - ``chunk``: seeds per chunk (one batch, one zarr chunk); ``points``: save points per run
       (:func:`gradflow._engine.solve.default_ts`); ``solver``, ``max_steps`` as in :func:`simulate`.
     """
 
@@ -98,11 +113,15 @@ class SweepSpec:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
 
     def chunks(self):
-        """``(config_index, seed_lo, seed_hi, file_name)`` for every chunk."""
+        """``(config_index, seed_lo, seed_hi)`` for every chunk, configurations outermost."""
         for c in range(len(self.configs)):
             for lo in range(self.seed_start, self.seed_stop, self.chunk):
-                hi = min(lo + self.chunk, self.seed_stop)
-                yield c, lo, hi, f"c{c:03d}-s{lo:06d}-{hi:06d}.npz"
+                yield c, lo, min(lo + self.chunk, self.seed_stop)
+
+    @property
+    def grid_shape(self) -> tuple[int, ...]:
+        """Lengths of the grid axes, in :data:`GRID_KEYS` order (``configs`` is their product, C order)."""
+        return tuple(len(getattr(self, key)) for key in GRID_KEYS)
 
 
 def _draws(cfg: dict, seeds):
@@ -111,72 +130,187 @@ def _draws(cfg: dict, seeds):
     for seed in seeds:
         rng = np.random.RandomState(seed)
         V0s.append(cfg["init_scale"] * rng.randn(d, n))
-        rng.randn(n)  # a = 0·randn(n): consumed, as in Fig. 2 (the authors' notebook)
+        rng.randn(n)  # a = 0·randn(n): consumed, as in the authors' Fig. 2 run
         beta_star = rng.randn(d)
         beta_star /= np.linalg.norm(beta_star)
         losses.append(LogisticTeacher(beta_star) if cfg["loss"] == "logistic" else SquareLoss(beta_star))
     return np.stack(V0s), np.zeros((len(seeds), n)), losses
 
 
-def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int) -> dict:
+_FLOAT_VARS = {  # name -> dims after the grid axes and `seed`
+    "V": ("t", "dim", "token"), "a": ("t", "token"), "s": ("t", "token"), "u": ("t", "token"),
+    "loss": ("t",), "Gamma": ("t",), "entropy": ("t",), "t_end": (), "beta_star": ("dim",),
+}
+_OTHER_VARS = {"valid": (("t",), "bool"), "num_steps": ((), "int64"), "status": ((), "<U16"), "done": ((), "bool")}
+
+
+def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int, devices=None) -> dict:
+    """Solve one chunk (on ``devices``; default all of this process's); its arrays padded to the
+    grid's largest ``n`` (NaN)."""
     seeds = np.arange(lo, hi)
     V0s, a0s, losses = _draws(cfg, seeds)
     ts = default_ts(cfg["t1"], spec.points)
     traj = simulate_batch(
         losses, V0s, a0s, t1=cfg["t1"], ts=ts, rtol=cfg["rtol"], atol=cfg["rtol"] / 100,
         normalization=cfg["normalization"], solver=spec.solver, max_steps=spec.max_steps,
+        devices=list(devices) if devices is not None else jax.local_devices(),
     )
-    arrays = {name: np.asarray(getattr(traj, name)) for name in ("t", "V", "a", "s", "loss", "Gamma", "entropy", "u", "num_steps", "status_code", "t_end")}
-    arrays["seeds"] = seeds
-    arrays["config_json"] = np.asarray(json.dumps(cfg))
-    return arrays
+    n, n_max = int(cfg["n"]), max(spec.n)
+    out = {}
+    for name, dims in _FLOAT_VARS.items():
+        arr = np.asarray([np.asarray(loss.beta_star) for loss in losses]) if name == "beta_star" else np.asarray(getattr(traj, name))
+        pad = [(0, 0)] * arr.ndim
+        for axis, dim in enumerate(dims, start=1):
+            if dim in ("dim", "token"):
+                pad[axis] = (0, n_max - n)
+        out[name] = np.pad(arr.astype(np.float64), pad, constant_values=np.nan)
+    out["valid"] = np.asarray(traj.valid)
+    out["num_steps"] = np.asarray(traj.num_steps).astype(np.int64)
+    out["status"] = np.asarray([STATUS[int(c)] for c in np.asarray(traj.status_code)], dtype="<U16")
+    return out
 
 
-def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True) -> dict:
-    """Run (or resume) the sweep ``spec`` in folder ``out``; returns counts of chunks
-    ``computed`` and ``skipped`` and the ``files``.
+def _versions() -> dict:
+    from ._xarray import provenance
 
-    **Raises:** :class:`gradflow.GradflowValueError` if ``out`` holds a different sweep.
+    return provenance()
+
+
+def _create_store(spec: SweepSpec, out: str) -> None:
+    """Create the store's metadata and coordinates (no data chunks) in a temporary folder beside
+    ``out``, then rename it into place (atomic: of two sweeps started together, one store wins)."""
+    import shutil
+    import tempfile
+
+    import zarr
+
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out)}.tmp-{os.getpid()}-", dir=parent)
+    try:
+        root = zarr.open_group(tmp, mode="w", zarr_format=2)
+        grid = spec.grid_shape
+        n_seeds, n_max, n_t = spec.seed_stop - spec.seed_start, max(spec.n), spec.points + 1
+        sizes = {"seed": n_seeds, "t": n_t, "dim": n_max, "token": n_max}
+        chunk_of = {"seed": spec.chunk, "t": n_t, "dim": n_max, "token": n_max}
+
+        def array(name, dims, dtype, fill, chunks=None, attrs=None):
+            shape = tuple(len(getattr(spec, GRID_KEYS[GRID_DIMS.index(d)])) if d in GRID_DIMS else sizes[d] for d in dims)
+            return root.create_array(name, shape=shape, dtype=dtype, fill_value=fill,
+                                     chunks=chunks or shape, attributes={"_ARRAY_DIMENSIONS": list(dims), **(attrs or {})})
+
+        for key, dim in zip(GRID_KEYS, GRID_DIMS):
+            values = np.asarray(getattr(spec, key))
+            array(dim, (dim,), "<U32" if values.dtype.kind in "UO" else values.dtype, None)[:] = values
+        array("seed", ("seed",), "int64", None)[:] = np.arange(spec.seed_start, spec.seed_stop)
+        array("time", ("t1", "t"), "float64", None,
+              attrs={"long_name": "flow time t of each saved point"})[:] = np.stack([default_ts(t1, spec.points) for t1 in spec.t1])
+        data_chunks = lambda dims: tuple([1] * len(grid) + [chunk_of[d] for d in dims])  # noqa: E731
+        from ._xarray import LONG_NAMES
+
+        for name, dims in _FLOAT_VARS.items():
+            full = GRID_DIMS + ("seed",) + dims
+            array(name, full, "float64", np.nan, data_chunks(("seed",) + dims),
+                  {"long_name": LONG_NAMES.get(name, "teacher β* (unit norm)" if name == "beta_star" else name),
+                   **({"coordinates": "time"} if "t" in dims else {})})
+        for name, (dims, dtype) in _OTHER_VARS.items():
+            full = GRID_DIMS + ("seed",) + dims
+            array(name, full, dtype, None, data_chunks(("seed",) + dims),
+                  {"long_name": LONG_NAMES.get(name, "whether this chunk of runs is written"),
+                   **({"coordinates": "time"} if "t" in dims else {})})
+        root.attrs.update({"spec": json.dumps(spec.to_json()), "source": "gradflow sweep", **_versions()})
+        zarr.consolidate_metadata(tmp)
+        try:
+            os.rename(tmp, out)  # fails if `out` appeared meanwhile (a non-empty folder)
+        except OSError:
+            if not os.path.isdir(out):
+                raise
+    finally:
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _stored_spec(out: str) -> dict | None:
+    try:
+        with open(os.path.join(out, ".zattrs")) as f:
+            return json.loads(json.load(f)["spec"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True, *, process_index: int = 0,
+              process_count: int = 1, devices=None) -> dict:
+    """Run (or resume) the sweep ``spec`` into the zarr store ``out``.
+
+    Several processes (e.g. one per host, under ``jax.distributed``) share one sweep: process
+    ``process_index`` of ``process_count`` takes the chunks ``k`` (in :meth:`SweepSpec.chunks`
+    order) with ``k % process_count == process_index`` and writes their regions of the one store;
+    any process may create the store (one creation wins, the others find the same spec). Each
+    solves on ``devices`` (default: ``jax.local_devices()``, this process's own).
+
+    **Returns:** ``dict(computed=[...], skipped=[...])``: this process's chunks
+    ``(config_index, seed_lo, seed_hi)`` solved now and those already written.
+
+    **Raises:** :class:`gradflow.GradflowValueError` if ``out`` exists and is not the store of
+    the same sweep (another spec, or not a gradflow sweep store), or for ``process_count < 1``
+    or ``process_index`` outside ``[0, process_count)``.
     """
+    check_positive_int("process_count", process_count)
+    if isinstance(process_index, bool) or not isinstance(process_index, (int, np.integer)) or not 0 <= process_index < process_count:
+        raise bad_arg("process_index", process_index, f"an integer in [0, {process_count})")
+    import xarray as xr
+    import zarr
+
     out = os.fspath(out)
-    os.makedirs(out, exist_ok=True)
-    manifest = os.path.join(out, "sweep.json")
     spec_json = spec.to_json()
-    if not os.path.exists(manifest):  # exclusive: of two sweeps started together, the first spec wins
-        atomic_write(manifest, lambda f: f.write(json.dumps(spec_json, indent=1).encode()), exclusive=True)
-    with open(manifest) as f:  # ours, or the one another sweep created first
-        old = json.load(f)
+    if not os.path.exists(out) or (os.path.isdir(out) and not os.listdir(out)):
+        if os.path.isdir(out):
+            try:
+                os.rmdir(out)
+            except OSError:  # another process's store appeared meanwhile
+                pass
+        _create_store(spec, out)
+    old = _stored_spec(out)
     if old != spec_json:
-        raise bad_arg("out", out, "a new folder, or the folder of the same sweep (it holds a different sweep.json)")
-    chunks = list(spec.chunks())
+        raise bad_arg("out", out, "a new path, or the zarr store of the same sweep (it holds "
+                      + ("a different sweep" if old is not None else "no gradflow sweep") + ")")
+    done = np.asarray(zarr.open_array(os.path.join(out, "done"), mode="r")[...])
+    grid = spec.grid_shape
     computed, skipped = [], []
+    chunks = [chunk for k, chunk in enumerate(spec.chunks()) if k % process_count == process_index]
     with tqdm(total=len(chunks), desc="sweep", unit="chunk", disable=not progress) as bar:
-        for c, lo, hi, name in chunks:
-            path = os.path.join(out, name)
-            if os.path.exists(path):
-                skipped.append(name)
+        for c, lo, hi in chunks:
+            index = np.unravel_index(c, grid)
+            seeds = slice(lo - spec.seed_start, hi - spec.seed_start)
+            if done[tuple(index) + (seeds,)].all():
+                skipped.append((c, lo, hi))
             else:
-                arrays = _run_chunk(spec, spec.configs[c], lo, hi)
-                atomic_write(path, lambda f: np.savez(f, **arrays))
-                computed.append(name)
+                arrays = _run_chunk(spec, spec.configs[c], lo, hi, devices)
+                region = {dim: slice(int(i), int(i) + 1) for dim, i in zip(GRID_DIMS, index)}
+                region["seed"] = seeds
+                lead = (1,) * len(grid)
+                data = {}
+                for name, value in arrays.items():
+                    dims = _FLOAT_VARS[name] if name in _FLOAT_VARS else _OTHER_VARS[name][0]
+                    data[name] = (GRID_DIMS + ("seed",) + dims, value.reshape(lead + value.shape))
+                ds = xr.Dataset(data)
+                ds.to_zarr(out, region=region, mode="r+", consolidated=False)
+                flag = xr.Dataset({"done": (GRID_DIMS + ("seed",), np.ones(lead + (hi - lo,), bool))})
+                flag.to_zarr(out, region=region, mode="r+", consolidated=False)  # after the data: marks it complete
+                computed.append((c, lo, hi))
             bar.update(1)
-    return dict(computed=computed, skipped=skipped, files=[name for *_, name in chunks])
+    return dict(computed=computed, skipped=skipped)
 
 
-def load_sweep(out: str | os.PathLike) -> list[dict]:
-    """All chunks of the sweep in ``out``: one dict per configuration with its ``config`` and
-    the arrays of its chunks concatenated along the seed axis (missing chunks are left out)."""
+def load_sweep(out: str | os.PathLike):
+    """The sweep store ``out`` as a lazy ``xarray.Dataset`` (``xarray.open_zarr(out)``); runs
+    not yet written have ``done == False`` (their values are NaN).
+
+    **Raises:** :class:`gradflow.GradflowValueError` if ``out`` is not a gradflow sweep store.
+    """
+    import xarray as xr
+
     out = os.fspath(out)
-    with open(os.path.join(out, "sweep.json")) as f:
-        spec = SweepSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in json.load(f).items()})
-    per_config: dict[int, list] = {}
-    for c, _, _, name in spec.chunks():
-        path = os.path.join(out, name)
-        if os.path.exists(path):
-            with np.load(path) as z:
-                per_config.setdefault(c, []).append({k: z[k] for k in z.files if k != "config_json"})
-    return [
-        dict(config=spec.configs[c], **{k: np.concatenate([p[k] for p in parts]) for k in parts[0] if k != "t"},
-             t=parts[0]["t"][0])
-        for c, parts in sorted(per_config.items())
-    ]
+    if _stored_spec(out) is None:
+        raise bad_arg("out", out, "the zarr store written by gradflow sweep")
+    return xr.open_zarr(out)

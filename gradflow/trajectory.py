@@ -98,6 +98,12 @@ class Trajectory(eqx.Module):
             raise IndexError("a single (unbatched) trajectory cannot be indexed; index a batch")
         return jax.tree.map(lambda x: x[i], self)
 
+    def to_xarray(self):
+        """This run (or batch) as an ``xarray.Dataset``: dims ``t`` (coordinate: flow time; ``k`` for GD), ``token``, ``dim`` (rows of ``V``), ``row`` (row-wise logits) and ``run`` (a batch's lanes); ``attrs`` hold ``meta`` (``meta_*``, ``meta_json``) and package versions. See :mod:`gradflow._xarray`."""
+        from ._xarray import trajectory_to_xarray
+
+        return trajectory_to_xarray(self)
+
     # ------------------------------------------------------------------ save/load
     _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "t_steady", "u", "k")
 

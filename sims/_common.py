@@ -9,7 +9,7 @@ from tqdm.auto import tqdm
 
 
 def fig2_init(seed: int = 123, n: int = 8):
-    """Fig. 2's draws (SPEC §6), NumPy legacy ``RandomState(seed)`` in the authors' order:
+    """Fig. 2's draws (the authors' notebook; docs: Figures), NumPy legacy ``RandomState(seed)`` in the authors' order:
     ``V = 0.1·randn(n, n)``, then ``a = 0·randn(n)`` (the draw is consumed), then
     ``β* = randn(n)`` normalised. Returns ``(V0, a0, beta_star)`` as float64 arrays."""
     rng = np.random.RandomState(seed)

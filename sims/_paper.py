@@ -1,7 +1,7 @@
-"""The paper's initial draws (SPEC §6) and run helpers shared by the paper-figure modules.
+"""The paper's initial draws (from the authors' public notebook; docs: Figures) and run helpers shared by the paper-figure modules.
 
 Every ``*_init`` function reproduces the authors' notebook draws with NumPy's legacy
-``RandomState(seed)`` in the order SPEC §6 gives, so GD from these states is the authors' run.
+``RandomState(seed)`` in the authors' order, so GD from these states is the authors' run.
 Shapes follow the engine's layout (``V`` is ``(d, n)``, column ``j`` = value of token ``j``).
 """
 
@@ -27,7 +27,7 @@ __all__ = [
 
 
 def conditioning_init(kappa: float, seed: int = 123, d: int = 20):
-    """Figs. 3/12 draws (SPEC §6): ``RandomState(seed)``, then in order
+    """Figs. 3/12 draws: ``RandomState(seed)``, then in order
     ``W = 1e-5·randn(d, d)``, ``a = 1e-3·randn(d)``, ``X_raw = randn(d, d)`` (its singular values
     are replaced by ``linspace(1, 1/κ, d)``, singular vectors kept), ``y = randn(d)``.
 
@@ -44,7 +44,7 @@ def conditioning_init(kappa: float, seed: int = 123, d: int = 20):
 
 
 def normalisation_init(seed: int = 42, n: int = 10):
-    """Normalisation-map figures (SPEC §6): ``RandomState(seed)``: ``β* = randn(n)`` normalised;
+    """Normalisation-map figures (paper appendix): ``RandomState(seed)``: ``β* = randn(n)`` normalised;
     then for every map the authors re-seed ``seed`` and draw ``V = 0.1·randn(n, n)``,
     ``a = 1 + 0.1·randn(n)``, so every map starts from the same ``(V0, a0)``.
 
@@ -59,7 +59,7 @@ def normalisation_init(seed: int = 42, n: int = 10):
 
 
 def massive_init(D: int, seed: int = 42):
-    """Massive-activation draws (SPEC §6): ``RandomState(seed)``: ``β* = randn(D)`` normalised;
+    """Massive-activation draws (paper appendix): ``RandomState(seed)``: ``β* = randn(D)`` normalised;
     re-seed ``seed``: a ``randn(D, D)`` draw is consumed (unused), then ``a = 1 + 0.1·randn(D)``;
     ``U(0) = I``.
 
@@ -74,7 +74,7 @@ def massive_init(D: int, seed: int = 42):
 
 
 def kl_init(seed: int = 123, n: int = 10, k: int = 10):
-    """Soft-target cross-entropy ("KL") draws (SPEC §6): ``RandomState(seed)``:
+    """Soft-target cross-entropy ("KL") draws (paper appendix): ``RandomState(seed)``:
     ``V_authors = 0.1·randn(n, k)``, ``a = 0·randn(n)`` (consumed), ``p* = softmax(10·rand(k))``.
 
     The authors' ``V`` is ``(n, k)`` with class logits ``V_authorsᵀ s``; the engine's

@@ -1,17 +1,17 @@
-"""Attention basics from the source documents (SPEC §8; seeds ``000_…`` and ``001_…``).
+"""Attention basics: softmax, temperature, the ``1/√d_k`` scaling, the causal mask (docs: Figures, "Attention basics").
 
 The non-plotting logic behind the figure ids ``softmax-temperature``, ``scaling``,
 ``causal-mask`` and ``it-animal``:
 
 - :func:`softmax_weights` / :func:`softmax_entropy` — one row of scores through
-  ``softmax(a / T)`` (seed 000, the five-word example and the temperature knob);
+  ``softmax(a / T)`` (the five-word "it" example and the temperature knob);
 - :func:`attention_weights` — ``softmax(QKᵀ/√d_k)`` with an optional causal mask
-  (seed 001, "Self-Attention", "causal mask"); masked logits are set to
-  ``jnp.finfo(dtype).min`` (SPEC §9), never ``−inf``;
-- :func:`dot_products`, :func:`max_weights` — the ``1/√d_k`` experiment of seed 001;
+  (scaled dot-product attention, causal mask); masked logits are set to
+  ``jnp.finfo(dtype).min`` (docs: Solvers, "Numerical rules"), never ``−inf``;
+- :func:`dot_products`, :func:`max_weights` — the ``1/√d_k`` experiment;
 - :func:`coreference_dataset`, :func:`train_projection` — a small synthetic co-reference
   task and the optax training of ``W_Q, W_K`` on it, so that "it" attends to its animate
-  antecedent (seed 001, experiment 1 asks whether that picture needs learning).
+  antecedent (the ``it-animal`` figure asks whether that picture needs learning).
 
 Everything is float64 (importing :mod:`gradflow` enables x64). Bad arguments raise
 :class:`gradflow.GradflowValueError` naming the argument, the value and what is accepted.
@@ -57,10 +57,10 @@ __all__ = [
 ]
 
 FIVE_WORDS: tuple[str, ...] = ("animal", "the", "street", "because", "tired")
-"""The keys of seed 000's worked example (query "it")."""
+"""The keys of the worked five-word example (query "it")."""
 
 FIVE_SCORES: tuple[float, ...] = (5.2, -1.3, 2.8, 0.4, 3.6)
-"""Seed 000's dot-product scores of "it" against :data:`FIVE_WORDS`."""
+"""The worked example's dot-product scores of "it" against :data:`FIVE_WORDS`."""
 
 SENTENCE: tuple[str, ...] = (
     "the", "animal", "did", "not", "cross", "the", "street", "because", "it", "was", "too", "tired",
@@ -92,7 +92,7 @@ def _check_int(name: str, value, minimum: int) -> int:
 
 
 def softmax_weights(scores: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "... n"]:
-    """``softmax(scores / T)`` over the last axis (seed 000, "Temperature").
+    """``softmax(scores / T)`` over the last axis (temperature).
 
     **Arguments:** ``scores`` shape ``(..., n)``, any float (cast to float64);
     ``temperature`` ``T > 0`` (default ``1``): ``T < 1`` sharpens, ``T > 1`` flattens.
@@ -110,7 +110,7 @@ def softmax_weights(scores: Float[Array, "... n"], temperature: float = 1.0) -> 
 
 
 def softmax_entropy(scores: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:
-    """Entropy (nats) of ``softmax(scores / T)`` from the logits (SPEC §9), in ``[0, log n]``.
+    """Entropy (nats) of ``softmax(scores / T)`` from the logits (finite when a weight underflows), in ``[0, log n]``.
 
     Same arguments and errors as :func:`softmax_weights`; returns float64 of shape ``(...)``.
     """
@@ -124,7 +124,7 @@ def softmax_entropy(scores: Float[Array, "... n"], temperature: float = 1.0) -> 
 def causal_mask(n: int) -> jax.Array:
     """Boolean ``(n, n)`` mask, ``True`` where query ``i`` may attend to key ``j`` (``j <= i``).
 
-    Lower-triangular including the diagonal (seed 001, "causal mask").
+    Lower-triangular including the diagonal (causal mask).
     **Raises:** :class:`gradflow.GradflowValueError` if ``n`` is not an integer ``>= 1``.
     """
     n = _check_int("n", n, 1)
@@ -134,7 +134,7 @@ def causal_mask(n: int) -> jax.Array:
 def attention_weights(
     q: Float[Array, "t d_k"], k: Float[Array, "s d_k"], *, scale: bool = True, causal: bool = False
 ) -> Float[Array, "t s"]:
-    """Attention weights ``softmax(QKᵀ / √d_k)`` row-wise (seed 001; Vaswani et al. 2017).
+    """Attention weights ``softmax(QKᵀ / √d_k)`` row-wise (Vaswani et al. 2017).
 
     **Arguments:** ``q`` queries ``(t, d_k)``, ``k`` keys ``(s, d_k)`` (cast to float64);
     ``scale`` divide the scores by ``√d_k`` (default ``True``); ``causal`` mask key ``j > i``
@@ -195,7 +195,7 @@ def max_weights(seed, d_k: int, n_tokens: int, draws: int, *, chunk: int = 256) 
 
     Each draw (``numpy.random.default_rng(seed)``): ``q ~ N(0, I_{d_k})``, keys
     ``K ~ N(0, I)`` of shape ``(n_tokens, d_k)``; the row ``softmax(K q)`` (unscaled) and
-    ``softmax(K q / √d_k)`` (scaled) through :func:`attention_weights` (seed 001's table).
+    ``softmax(K q / √d_k)`` (scaled) through :func:`attention_weights`.
 
     **Returns:** float64 NumPy array ``(draws, 2)``: column 0 unscaled, column 1 scaled.
     **Raises:** :class:`gradflow.GradflowValueError` if ``d_k < 1``, ``n_tokens < 1`` or ``draws < 1``.
@@ -235,7 +235,7 @@ def vocabulary() -> tuple[str, ...]:
 def embeddings(seed: int, d: int, std: float) -> dict[str, np.ndarray]:
     """Deterministic random word embeddings, ``word -> (d,)`` float64 with i.i.d. ``N(0, std²)`` entries.
 
-    Stands in for the pretrained GloVe-50 vectors of seed 001 (none can be downloaded here).
+    Stands in for the pretrained GloVe-50 vectors attention primers use (none can be downloaded here).
     Drawn with ``jax.random.PRNGKey(seed)`` in the order of :func:`vocabulary`.
 
     **Raises:** :class:`gradflow.GradflowValueError` if ``d < 1`` or ``std`` is not ``> 0``.
@@ -301,7 +301,7 @@ def it_scores(params: dict[str, Array], x: Float[Array, "L d"], it_index: int = 
     """Scaled scores of token ``it_index`` against the sentence ``x``: ``(x_it W_Q)(X W_K)ᵀ/√d_k``.
 
     ``params`` is ``{"wq": (d, d_k), "wk": (d, d_k)}``, or ``{}`` for raw embeddings
-    (``Q = K = X``, ``d_k = d``, as in seed 001's experiment 1). Returns float64 ``(L,)``.
+    (``Q = K = X``, ``d_k = d``, as in the classic GloVe illustration). Returns float64 ``(L,)``.
     """
     x = jnp.asarray(x, dtype=jnp.float64)
     if params:

@@ -1,6 +1,6 @@
 """``bound``: the measured ratios ``s_j/s_0`` against Theorem 3.3(b) along the trajectory.
 
-Beyond the paper (Thm 3.3(b), SPEC §4): for the logistic teacher under Assumption 3.1
+Beyond the paper (Thm 3.3(b)): for the logistic teacher under Assumption 3.1
 (``a(0) = 0``, ``u(0)`` sorted decreasingly, token 0 = top ``u(0)``, ``δ = min_{i<j}(u_i(0) −
 u_j(0))``) and every ``j ≠ 0``, ``t ≥ 0``::
 

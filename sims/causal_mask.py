@@ -1,7 +1,7 @@
-"""``causal-mask``: the causal attention matrix of seed 001 ("causal maskで何が変わるか"; SPEC §8).
+"""``causal-mask``: the causal attention matrix (docs: Figures, "Attention basics").
 
 Random queries and keys (i.i.d. N(0, 1), ``d_k = 16``) for the first ``seq_len`` tokens of
-seed 001's sentence. Left: bidirectional attention ``softmax(QKᵀ/√d_k)``. Middle: the same
+the sentence "the animal did not cross the street because it was too tired". Left: bidirectional attention ``softmax(QKᵀ/√d_k)``. Middle: the same
 scores with the causal mask (key ``j > i`` set to ``finfo.min``): lower-triangular, the upper
 triangle exactly 0 and row 0 exactly one-hot (token 0 has nothing before it). Right: row 0
 both ways. The summary also records the largest difference between the rows computed while
@@ -90,7 +90,7 @@ def plot(data: dict, cfg: dict):
     ax_p.grid(axis="x", visible=False)
     ax_p.legend(loc="upper right")
     up = data["attention_causal"][~(data["mask"] > 0)]
-    fig.suptitle(f"Causal mask (seed doc 001): {n} tokens, random $Q, K$ with $d_k = {cfg['d_k']}$; "
+    fig.suptitle(f"Causal mask: {n} tokens, random $Q, K$ with $d_k = {cfg['d_k']}$; "
                  f"upper triangle max = {up.max():g}", fontsize=9)
     return fig
 

@@ -1,4 +1,4 @@
-"""Data shared by Figs. 3 and 12: square loss with an ill-conditioned design (SPEC §4, §6).
+"""Data shared by Figs. 3 and 12: square loss with an ill-conditioned design (paper Figs. 3/12).
 
 For each κ in ``kappas``: the authors' draws (:func:`sims._paper.conditioning_init`, seed 123
 per κ), loss ``Σ(y − X W s)²`` (no ½: ``SquareLoss(y, X, scale=1)``), the gradient flow

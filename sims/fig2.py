@@ -1,6 +1,6 @@
 """Fig. 2: the logistic-teacher flow polarises ``s`` while preserving the order of ``u``.
 
-Paper setting (SPEC §6): ``n = d = 8``, seed 123, GD with lr 0.1 for 1e6 iterations. We draw
+Paper setting (the authors' notebook): ``n = d = 8``, seed 123, GD with lr 0.1 for 1e6 iterations. We draw
 the flow (diffrax, log time) to ``t = 1e12`` and overlay GD on the flow-time axis ``t = lr·k``.
 Left: ``s_i(t)`` (log–log). Right: ``u_i(t) = ⟨v_i, β*⟩`` (semilog-x).
 """

@@ -1,6 +1,6 @@
 """Fig. 3: better-conditioned designs keep the attention spread; ill-conditioned ones polarise it.
 
-Paper setting (SPEC §6): square loss ``Σ(y − X W s)²`` with ``d = m = 20``, the singular values
+Paper setting (the authors' notebook): square loss ``Σ(y − X W s)²`` with ``d = m = 20``, the singular values
 of ``X`` set to ``linspace(1, 1/κ, 20)``, seed 123 per κ, GD lr 1e-3 for 3e5 iterations. We
 draw the gradient flow (solid) to ``t = 300`` with GD overlaid (markers, ``t = lr·k``).
 Panels: ``a_i(t)`` for κ = 1 and κ = 5 (as in the paper), and ``max_i s_i(t)`` for every κ.

@@ -1,6 +1,6 @@
 """``gamma``: the polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` against ``log t``.
 
-Beyond the paper (Thm 3.3(c), Lemma 3.5; SPEC §3.5, §4). Fig. 2's draws
+Beyond the paper (Thm 3.3(c), Lemma 3.5). Fig. 2's draws
 (:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``) under
 
 - the logistic teacher with ``β* = ρ·β̂*`` for ``ρ ∈ rhos`` (``β̂*`` Fig. 2's unit teacher), to

@@ -1,7 +1,7 @@
 """``gd-vs-flow``: how far gradient descent is from the flow at equal flow time, and where large
 steps change the outcome.
 
-Beyond the paper (SPEC §6: the authors ran GD, "t" = iteration; GD is the explicit Euler scheme
+Beyond the paper (the authors' figures ran GD, "t" = iteration; GD is the explicit Euler scheme
 of the flow, so at flow time ``t = lr·k`` it should differ from the flow by ``O(lr)``).
 Fig. 2's draws (:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``).
 

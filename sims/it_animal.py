@@ -1,9 +1,9 @@
-"""``it-animal``: does "it" attend to "animal" without learning? (seed 001, experiment 1; SPEC §8)
+"""``it-animal``: does "it" attend to "animal" without learning? (docs: Figures, "Attention basics")
 
 The attention row of "it" in "the animal did not cross the street because it was too tired",
 ``softmax(q_it Kᵀ/√d_k)``, three ways:
 
-(a) raw word embeddings, ``Q = K = X`` (no projection), as seed 001 did with GloVe-50. No
+(a) raw word embeddings, ``Q = K = X`` (no projection), as attention primers do with GloVe-50. No
     pretrained embeddings are available here (no network, no run-time download), so ``X`` is
     **deterministic random**: i.i.d. ``N(0, embed_std²)`` entries, ``d = 50``, drawn from
     ``jax.random.PRNGKey(seed)`` over a fixed vocabulary;
@@ -143,7 +143,7 @@ def plot(data: dict, cfg: dict):
     axes[0][0].set_yticks(y, SENTENCE, fontsize=7)
     axes[0][0].invert_yaxis()
     axes[0][0].set_ylim(n - 0.5, -2.2)
-    fig.suptitle('"it" → "animal"? (seed doc 001). No pretrained embeddings: seeded random '
+    fig.suptitle('"it" → "animal"? No pretrained embeddings: seeded random '
                  f"$N(0, {cfg['embed_std']}^2)$ embeddings, $d = {cfg['d']}$, $d_k = {cfg['d_k']}$",
                  fontsize=8)
     return fig

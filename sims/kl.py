@@ -1,4 +1,4 @@
-"""``kl``: soft-target cross-entropy (the appendix "KL" experiment; SPEC §2, §6).
+"""``kl``: soft-target cross-entropy (the appendix "KL" experiment).
 
 ``ℓ(β) = −Σ_k p*_k log softmax(β)_k`` with class logits ``β = V s`` (``V`` of shape ``(k, n)``,
 the transpose of the authors' ``(n, k)`` matrix: :func:`sims._paper.kl_init`), ``d = k = 10``,

@@ -1,13 +1,13 @@
 """``long-horizon``: Fig. 2's run continued from the paper's ``t = 1e5`` to ``t = 1e30``.
 
-Beyond the paper (SPEC §4 derived asymptotics, §6 end). Same draws as Fig. 2
+Beyond the paper (asymptotics derived from the flow, Thm 3.3; docs: Model, "Derived asymptotics"). Same draws as Fig. 2
 (:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``); the flow (Dopri8 in log time) to
 ``t1 = 1e30`` and GD at the authors' lr 0.1 (``1e6`` iterations, i.e. up to ``t = 1e5``, where
 the paper stopped). Panels: (a) ``s_i(t)`` log–log; (b) ``1 − s_0`` (from logits) and the
 entropy ``H(s)``, with the fit ``1 − s_0 ≈ C/log² t`` of
 :func:`theory.polarisation.asymptotic_fits` over ``fit_window``; (c) the local exponent
 ``d log(1 − s_0) / d log log t``, which creeps towards ``−2`` (``Θ(1/log² t)``), sharper than
-SPEC's ``O(1/log t)`` (exponent ``−1``).
+the ``O(1/log t)`` that Thm 3.3(b) with ``Γ = Θ(log t)`` gives (exponent ``−1``).
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def plot(data: dict, cfg: dict):
     te, ex = local_exponent(t, data["one_minus_s0"])
     ax_e.plot(te, ex, color="k", **style.FLOW)
     ax_e.axhline(-2, color="tab:orange", linestyle="--", linewidth=1.0, label="$-2$: $\\Theta(1/\\log^2 t)$")
-    ax_e.axhline(-1, color="0.5", linestyle=":", linewidth=1.0, label="$-1$: $O(1/\\log t)$ (SPEC)")
+    ax_e.axhline(-1, color="0.5", linestyle=":", linewidth=1.0, label="$-1$: $O(1/\\log t)$ (Thm 3.3)")
     ax_e.set_ylim(min(-3.0, float(np.min(ex[te > 1e2])) - 0.2), 0.5)
     ax_e.set_ylabel("$d\\,\\log(1-s_0)\\,/\\,d\\,\\log\\log t$")
     ax_e.set_title("(c) local exponent of $1 - s_0$")

@@ -1,4 +1,4 @@
-"""``massive``: massive activations in the tied model (appendix; SPEC §4, §6).
+"""``massive``: massive activations in the tied model (paper appendix, tied model).
 
 Tied model ``α = softmax(U a)``, ``β = U α`` with ``U(0) = I`` (:class:`gradflow.Tied`), logistic
 teacher, ``D ∈ {10, 20, 50, 100}``, seed 42 (:func:`sims._paper.massive_init`), GD lr 0.05 for

@@ -1,4 +1,4 @@
-"""``norm-logistic``: six normalisation maps under the logistic teacher loss (SPEC §4–§6).
+"""``norm-logistic``: six normalisation maps under the logistic teacher loss (paper appendix).
 
 Paper setting: ``n = d = 10``, seed 42, GD lr 0.5 for 1e5 iterations (flow time 5e4). Claim:
 the normalised non-negative maps (softmax, L1, L2, ReLU-normalised) polarise; the element-wise

@@ -1,4 +1,4 @@
-"""``norm-square``: six normalisation maps under the square loss ``½‖Vα − β*‖²`` (SPEC §4–§6).
+"""``norm-square``: six normalisation maps under the square loss ``½‖Vα − β*‖²`` (paper appendix).
 
 Paper setting: ``n = d = 10``, seed 42, GD lr 0.1 for 5000 iterations (flow time 500). Claim:
 under square loss none of the maps polarises much (the loss reaches 0 at a spread ``α``).

@@ -1,4 +1,4 @@
-"""Data and plot shared by ``norm-square`` and ``norm-logistic`` (SPEC §4, §5, §6).
+"""Data and plot shared by ``norm-square`` and ``norm-logistic`` (paper appendix).
 
 Six maps ``a ↦ α`` (L1 ``|z|/Σ|z|``, signed sum ``z/Σz``, L2 ``z²/Σz²``, softmax, ReLU-normalised,
 element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`sims._paper.normalisation_init`:

@@ -1,4 +1,4 @@
-"""``scaling``: why attention divides by ``√d_k`` (seed 001, "なぜ1/√d_kで割るのか"; SPEC §8).
+"""``scaling``: why attention divides by ``√d_k`` (docs: Figures, "Attention basics").
 
 Left: for ``q, k`` with i.i.d. N(0, 1) entries, the sample variance of ``(QKᵀ)_ij = q·k``
 against ``d_k ∈ {4, …, 1024}`` with the line ``Var = d_k``. Middle: the largest weight of a
@@ -128,7 +128,7 @@ def plot(data: dict, cfg: dict):
     ax_r.set_title(f"a median row at $d_k = {d}$")
     ax_r.grid(axis="x", visible=False)
     ax_r.legend(loc="upper left")
-    fig.suptitle("Scaling by $1/\\sqrt{d_k}$ (seed doc 001): $Q, K$ i.i.d. $N(0, 1)$", fontsize=9)
+    fig.suptitle("Scaling by $1/\\sqrt{d_k}$: $Q, K$ i.i.d. $N(0, 1)$", fontsize=9)
     return fig
 
 

@@ -1,9 +1,9 @@
-"""``sinks-rowwise``: attention sinks in the row-wise model (paper Sec. 4.1; SPEC §4 "Sinks").
+"""``sinks-rowwise``: attention sinks in the row-wise model (paper Sec. 4.1; docs: Model, "Attention sinks").
 
 Row-wise model (:class:`gradflow.RowWise`): ``T`` tokens, row ``t`` attends with weights
 ``s_t = softmax(A[t, :])`` and outputs ``β_t = V s_t``; the loss is the mean over rows of the
 logistic teacher loss. Note the layout: the engine stores ``V`` as ``(d, T)`` (column ``j`` is
-token ``j``'s value), the transpose of SPEC's ``V ∈ R^{T×d}``; ``u(0) = V(0)ᵀβ* ∈ R^T``.
+token ``j``'s value), the transpose of the paper's ``V ∈ R^{T×d}``; ``u(0) = V(0)ᵀβ* ∈ R^T``.
 
 Draws (trial ``k``): ``default_rng([seed, k])`` gives ``β* = g/‖g‖`` (``g ~ N(0, I_d)``) then
 ``V(0) = v_scale·randn(d, T)``; ``A(0) = c·randn(T, T)`` from ``default_rng([seed, k, 1])`` for

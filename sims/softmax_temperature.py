@@ -1,4 +1,4 @@
-"""``softmax-temperature``: seed 000's five-word softmax and its temperature knob (SPEC §8).
+"""``softmax-temperature``: a five-word softmax and its temperature knob (docs: Figures, "Attention basics").
 
 Left: the weights of "it" over (animal, the, street, because, tired) for the scores
 (5.2, −1.3, 2.8, 0.4, 3.6) — ≈ (0.768, 0.001, 0.070, 0.006, 0.155). Middle: the same row of
@@ -78,7 +78,7 @@ def plot(data: dict, cfg: dict):
     ax_h.set_xlabel("temperature $T$")
     ax_h.set_ylabel("entropy (nats)")
     ax_h.set_title("entropy of the row")
-    fig.suptitle("Softmax and temperature (seed doc 000): scores $a = (5.2, -1.3, 2.8, 0.4, 3.6)$", fontsize=9)
+    fig.suptitle("Softmax and temperature: scores $a = (5.2, -1.3, 2.8, 0.4, 3.6)$", fontsize=9)
     return fig
 
 

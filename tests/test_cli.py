@@ -1,16 +1,23 @@
-"""The gradflow CLI: figures fig2 end to end (quick), listing, one-line errors with exit 2."""
+"""The gradflow CLI: figures fig2 end to end (quick) into the git-ignored default folder, listing,
+progress bars only on a terminal, summaries only with -v, help texts, one-line errors with exit 2."""
 
 import json
 import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from gradflow import cli
 
 
-def test_fig2_quick_builds_four_files_and_caches(tmp_path, capsys):
-    assert cli.main(["figures", "fig2", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+def test_fig2_quick_builds_four_files_and_caches(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no --out: the default folder out/figures/ under the working directory
+    assert cli.main(["figures", "fig2", "--quick", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "out/figures/fig2.png" in out  # one line per figure, no summary without -v
+    assert not (tmp_path / "figures").exists()
+    tmp_path = tmp_path / "out" / "figures"
     for ext in ("png", "pdf", "npz", "json"):
         assert (tmp_path / f"fig2.{ext}").stat().st_size > 0
     record = json.loads((tmp_path / "fig2.json").read_text())
@@ -24,8 +31,11 @@ def test_fig2_quick_builds_four_files_and_caches(tmp_path, capsys):
     # order of s is preserved for t > 0 (Thm 3.2a) in the plotted data, and s polarises
     order = np.argsort(-z_u0(tmp_path))
     assert np.all(np.diff(s[1:, order], axis=1) < 0) and s[-1].max() > 0.99
-    assert cli.main(["figures", "fig2", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
-    assert "re-plotted from cache" in capsys.readouterr().out
+    assert cli.main(["figures", "fig2", "--quick", "--out", str(tmp_path), "--no-progress", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "re-plotted from cache" in out
+    summary = json.loads(out.split("\n", 1)[1])  # -v: the summary follows as JSON
+    assert summary == record["summary"]
     assert json.loads((tmp_path / "fig2.json").read_text())["cached"]
 
 
@@ -44,3 +54,62 @@ def test_unknown_figure_id_is_one_line_exit_2():
 def test_list_prints_ids(capsys):
     assert cli.main(["figures", "--list"]) == 0
     assert "fig2" in capsys.readouterr().out
+
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty = tty
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        return len(text)
+
+    def flush(self):
+        pass
+
+
+@pytest.mark.parametrize("tty, flag, expected", [(True, [], True), (False, [], False), (True, ["--no-progress"], False)])
+def test_progress_bars_only_on_a_terminal(monkeypatch, tmp_path, tty, flag, expected):
+    """Bars are drawn only when stderr is a terminal (a log gets no ``\\r`` redraws) and never with
+    --no-progress: the flag the builder receives, for each of the three cases."""
+    import sims._registry
+
+    seen = []
+
+    def fake_build(fig_id, out_dir, *, quick, force, progress):
+        seen.append(progress)
+        return {"cached": True, "summary": {}}
+
+    monkeypatch.setattr(sims._registry, "build", fake_build)
+    monkeypatch.setattr(sys, "stderr", _Stream(tty))
+    assert cli.main(["figures", "fig2", "--out", str(tmp_path), "--no-cache", *flag]) == 0
+    assert seen == [expected]
+
+
+def test_check_list_prints_every_id_with_its_statement(capsys):
+    from theory import check_ids
+
+    assert cli.main(["check", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == check_ids()
+    assert any("Thm 3.3(b)" in line for line in lines if line.startswith("thm3.3b"))
+    assert cli.main(["check", "thm9.9", "--list"]) == 2  # an unknown id is refused there too
+
+
+def test_help_texts_agree_with_the_defaults(capsys):
+    """The help states the real defaults: figures go to the git-ignored out/figures/, the sweep's
+    seed range and chunk are those the parser uses."""
+    parser = cli._parser()
+    for argv in (["figures"], ["reproduce"]):
+        assert parser.parse_args(argv).out == cli.DEFAULT_OUT == "out/figures"
+    sweep = parser.parse_args(["sweep", "x"])
+    with pytest.raises(SystemExit):
+        cli.main(["sweep", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"default {sweep.seeds[0]}:{sweep.seeds[1]}" in text and f"default {sweep.chunk}" in text
+    with pytest.raises(SystemExit):
+        cli.main(["reproduce", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "SPEC" not in text and "about 4 h" in text and "out/figures/" in text

@@ -1,4 +1,4 @@
-"""``gradflow sweep``: chunk files, resumability, refusal of a different spec, cache opt-out."""
+"""``gradflow sweep``: one zarr store, resumability, refusal of a different spec, cache opt-out."""
 
 import os
 
@@ -12,45 +12,75 @@ from gradflow.sweep import load_sweep
 ARGS = ["--seeds", "0:6", "--chunk", "3", "--n", "3", "--t1", "1e3,1e5", "--points", "6", "--no-progress", "--no-cache"]
 
 
-def test_sweep_resumes_only_the_missing_chunk(tmp_path, capsys):
-    out = tmp_path / "sw"
-    assert cli.main(["sweep", str(out), *ARGS]) == 0
-    files = sorted(p.name for p in out.glob("c*.npz"))
-    assert files == ["c000-s000000-000003.npz", "c000-s000003-000006.npz", "c001-s000000-000003.npz", "c001-s000003-000006.npz"]
-    first = load_sweep(out)
-    stamps = {name: os.stat(out / name).st_mtime_ns for name in files}
-    os.unlink(out / files[2])
+def _chunk_files(out):
+    return {p.relative_to(out).as_posix(): p.stat().st_mtime_ns for p in out.glob("*/*") if not p.name.startswith(".")}
+
+
+def test_sweep_store_resumes_only_the_missing_chunk(tmp_path, capsys, monkeypatch):
+    """A sweep killed during its third chunk leaves that chunk not ``done``; the rerun computes
+    exactly that chunk, touches no other chunk file, and the store then equals an uninterrupted
+    sweep's bit for bit; every run equals a direct ``simulate`` of its draw."""
+    import xarray as xr
+
+    from gradflow import sweep as sweep_mod
+
+    out = tmp_path / "sw.zarr"
+    real, calls = sweep_mod._run_chunk, []
+
+    def dies_on_third(spec, cfg, lo, hi, devices=None):
+        calls.append((lo, hi))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(spec, cfg, lo, hi, devices)
+
+    monkeypatch.setattr(sweep_mod, "_run_chunk", dies_on_third)
+    assert cli.main(["sweep", str(out), *ARGS]) == 130
+    monkeypatch.setattr(sweep_mod, "_run_chunk", real)
+    partial = load_sweep(out)
+    assert partial["done"].values.squeeze().tolist() == [[True] * 6, [False] * 6]  # config 1 (t1 = 1e5) not written
+    before = _chunk_files(out)
     capsys.readouterr()
     assert cli.main(["sweep", str(out), *ARGS]) == 0
-    assert "1 chunks computed, 3 already done" in capsys.readouterr().out
-    again = {name: os.stat(out / name).st_mtime_ns for name in files}
-    assert [n for n in files if again[n] != stamps[n]] == [files[2]]  # only the deleted chunk was rewritten
-    second = load_sweep(out)
-    for a, b in zip(first, second):
-        assert a["config"] == b["config"]
-        for key in ("V", "a", "s", "Gamma", "num_steps", "status_code", "seeds"):
-            np.testing.assert_array_equal(a[key], b[key])
-    # the data are the runs themselves: seed 4 of config 1 equals a direct simulate of that draw
+    assert "2 chunks computed, 2 already done" in capsys.readouterr().out
+    after = _chunk_files(out)
+    changed = {k for k in after if after[k] != before.get(k)}
+    assert changed and all(k.split("/")[1].split(".")[3] == "1" for k in changed if k.split("/")[0] == "V")  # t1 index 1 only
+    assert all(after[k] == before[k] for k in before if k.split("/")[0] == "V" and k.split("/")[1].split(".")[3] == "0")
+    resumed = xr.open_zarr(out)
+    assert cli.main(["sweep", str(tmp_path / "fresh.zarr"), *ARGS]) == 0
+    fresh = xr.open_zarr(tmp_path / "fresh.zarr")
+    for name in ("V", "a", "s", "u", "loss", "Gamma", "entropy", "valid", "num_steps", "status", "t_end", "done", "time"):
+        np.testing.assert_array_equal(resumed[name].values, fresh[name].values, err_msg=name)
+    assert set(resumed.sizes.items()) >= {("seed", 6), ("t1", 2), ("n", 1), ("t", 7), ("token", 3), ("dim", 3)}
+    assert (resumed["status"].values == "ok").all()
+    # the data are the runs themselves: seed 4 at t1 = 1e5 equals a direct simulate of that draw
     rng = np.random.RandomState(4)
     V0 = 0.1 * rng.randn(3, 3)
     rng.randn(3)  # a = 0·randn(n), consumed as in Fig. 2
     bs = rng.randn(3)
+    one = resumed.sel(t1=1e5, seed=4).squeeze()
     direct = gradflow.simulate(gradflow.LogisticTeacher(bs / np.linalg.norm(bs)), V0, np.zeros(3), t1=1e5,
-                               ts=second[1]["t"], rtol=1e-8, atol=1e-10)
-    assert second[1]["config"]["t1"] == 1e5 and second[1]["seeds"][4] == 4
-    np.testing.assert_allclose(second[1]["s"][4], direct.s, rtol=1e-7, atol=1e-12)
+                               ts=one["time"].values, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(one["s"].values, direct.s, rtol=1e-7, atol=1e-12)
+    np.testing.assert_allclose(one["beta_star"].values, bs / np.linalg.norm(bs), rtol=1e-15)
+    assert not np.allclose(resumed.sel(t1=1e5, seed=3)["s"].values.squeeze(), direct.s)  # another seed differs
 
 
-def test_sweep_refuses_a_different_spec_in_the_same_folder(tmp_path, capsys):
-    out = tmp_path / "sw"
-    small = ["--seeds", "0:2", "--chunk", "2", "--n", "3", "--t1", "1e2", "--points", "3", "--no-progress", "--no-cache"]
-    assert cli.main(["sweep", str(out), *small]) == 0
-    assert cli.main(["sweep", str(out), *[a if a != "1e2" else "1e3" for a in small]]) == 2
-    assert "holds a different sweep.json" in capsys.readouterr().err
+def test_sweep_pads_smaller_sizes_with_nan(tmp_path):
+    """A grid over n stores every run in one array, padded to the largest n: the padding is NaN,
+    the run's own entries are finite and sum to 1 (weights)."""
+    out = tmp_path / "sw.zarr"
+    assert cli.main(["sweep", str(out), "--seeds", "0:2", "--chunk", "2", "--n", "2,3", "--t1", "1e2", "--points", "3",
+                     "--no-progress", "--no-cache"]) == 0
+    ds = load_sweep(out).squeeze()
+    s2 = ds["s"].sel(n=2).values  # (seed, t, token)
+    assert np.isnan(s2[..., 2]).all() and np.isfinite(s2[..., :2]).all()
+    np.testing.assert_allclose(s2[..., :2].sum(-1), 1.0, rtol=1e-12)
+    assert np.isfinite(ds["V"].sel(n=3).values).all()
 
 
 def test_sweep_draws_are_fig2s_draws():
-    """Seed 123, n = 8, init 0.1 is Fig. 2's run (SPEC §6 order, the a-draw consumed);
+    """Seed 123, n = 8, init 0.1 is Fig. 2's run (the authors' draw order, the a-draw consumed);
     compared with the figure module's independent definition; a different seed is a control."""
     from gradflow.sweep import _draws
     from sims._common import fig2_init
@@ -70,7 +100,7 @@ def test_sweep_bad_arguments_exit_2(tmp_path, argv):
         code = cli.main(["sweep", str(tmp_path / "sw"), "--no-cache", *argv])
         raise SystemExit(code)
     assert exc.value.code == 2
-    assert not (tmp_path / "sw" / "sweep.json").exists()  # a refused spec locks nothing
+    assert not (tmp_path / "sw").exists()  # a refused spec creates no store
 
 
 def test_cache_location_and_opt_out(tmp_path, monkeypatch):
@@ -106,9 +136,8 @@ def test_simulate_batch_refuses_bad_devices(devices):
                                 devices=devices)
 
 
-def test_manifest_is_created_exclusively(tmp_path):
-    """Two sweeps started together into one folder: the second ``sweep.json`` write does not
-    replace the first (it is then compared with it and refused); no temporary is left.
+def test_atomic_write_exclusive(tmp_path):
+    """``atomic_write(exclusive=True)`` does not replace an existing file and leaves no temporary.
     Control: a plain (non-exclusive) write does replace it."""
     from gradflow.trajectory import atomic_write
 
