@@ -17,6 +17,7 @@ from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, Squar
 from .maps import MAPS, apply_map  # noqa: E402
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model  # noqa: E402
 from ._simulate import SOLVERS, simulate, simulate_batch  # noqa: E402
+from ._softmax import log_softmax, softmax  # noqa: E402
 from .trajectory import STATUS, Trajectory, winners  # noqa: E402
 
 __version__ = "0.1.0"
@@ -41,9 +42,11 @@ __all__ = [
     "enable_compilation_cache",
     "flow_field",
     "get_model",
+    "log_softmax",
     "gradient_field",
     "maps",
     "simulate",
     "simulate_batch",
+    "softmax",
     "winners",
 ]
