@@ -144,8 +144,9 @@ def mm_flows(trials: int, seed: int, shared_scores: bool = True, train_v: bool =
 def _one_minus_cos(P: np.ndarray, ref: np.ndarray) -> np.ndarray:
     P = np.asarray(P, float).reshape(len(P), -1)
     ref = np.ravel(np.asarray(ref, float))
-    with np.errstate(divide="ignore", invalid="ignore"):  # p(0) = 0 has no direction
-        cos = P @ ref / (np.linalg.norm(P, axis=1) * np.linalg.norm(ref))
+    norms = np.linalg.norm(P, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cos = np.where(norms > 0, P @ ref / (norms * np.linalg.norm(ref)), 0.0)  # p = 0: no direction, cos := 0
     return np.clip(1.0 - cos, 0.0, None)
 
 
