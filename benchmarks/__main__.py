@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import gradflow
-from gradflow import _simulate
+from gradflow._engine import batch as _batch, stiff as _stiff
 from gradflow.trajectory import atomic_write
 from tests import reference as ref
 
@@ -264,12 +264,12 @@ def bench_slow_lane(q, R):
     V0s, a0s, losses = square_lanes(kappas)
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e5, 30)])
     for label, rounds in (("one round of max_steps (every lane runs to the slowest)", 16384), ("rounds of 512 steps (default)", 512)):
-        _simulate.ROUND_STEPS = rounds
+        _batch.ROUND_STEPS = rounds
         batch(losses, V0s, a0s, t1=1e5, ts=ts)
         t, traj = timed(lambda: batch(losses, V0s, a0s, t1=1e5, ts=ts), R(3))
         rows.append(dict(case=f"square, 7 lanes κ=2 + 1 lane κ=50: {label}", time_s=t,
                          steps=np.asarray(traj.num_steps).tolist(), status=traj.status))
-    _simulate.ROUND_STEPS = 512
+    _batch.ROUND_STEPS = 512
     for label, sl in (("κ=2 lanes alone", slice(0, 7)), ("κ=50 lane alone", slice(7, 8))):
         batch(losses[sl], V0s[sl], a0s[sl], t1=1e5, ts=ts)
         t, traj = timed(lambda: batch(losses[sl], V0s[sl], a0s[sl], t1=1e5, ts=ts), R(3))
@@ -431,8 +431,8 @@ def report(res, cmd, quick, elapsed) -> str:
     if slow:
         L += ["", "## A batch must not wait on its slowest lane", "",
               "Square loss with a design (d = 6, SPEC §6 conditioning draws), t1 = 1e5, auto solver (Dopri8 for "
-              f"{_simulate.EXPLICIT_BUDGET} steps, then Kvaerno5). Under `vmap` a solve runs every lane until the slowest is done; "
-              f"gradflow solves in rounds of {_simulate.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
+              f"{_stiff.EXPLICIT_BUDGET} steps, then Kvaerno5). Under `vmap` a solve runs every lane until the slowest is done; "
+              f"gradflow solves in rounds of {_batch.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
               "| case | time (s) | steps per lane | status |", "|---|---|---|---|"]
         for r in slow:
             L.append(f"| {r['case']} | {r['time_s']:.3f} | {r['steps']} | {', '.join(sorted(set(r['status'])))} |")

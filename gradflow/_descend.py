@@ -1,4 +1,8 @@
-"""The discrete twin of the flow: gradient descent (or any optax optimiser), jitted with ``lax.scan``."""
+"""The discrete twin of the flow: gradient descent (or any optax optimiser), jitted with ``lax.scan``.
+
+:func:`descend` for the value-softmax family (``(V, a)``, exact softmax field, Γ), and
+:func:`descend_params` for any loss over any parameter pytree (as :func:`gradflow.integrate`);
+both run the same loop on a :class:`gradflow._engine.solve.Flow`."""
 
 from __future__ import annotations
 
@@ -10,13 +14,14 @@ import optax
 from jaxtyping import ArrayLike, Float
 
 from ._errors import bad_arg
-from .flow import gradient_field
+from ._validate import check_positive, check_positive_int, check_time_resolution
+from .integrate import prepare_user
 from .losses import AbstractLoss
-from .models import AbstractModel
-from ._validate import check_positive, check_positive_int, check_time_resolution, prepare
-from .trajectory import Trajectory, compute_metrics
+from .models import AbstractModel, prepare
+from .simulate import value_softmax_flow
+from .trajectory import Solution, Trajectory
 
-__all__ = ["descend", "default_record"]
+__all__ = ["descend", "descend_params", "default_record"]
 
 
 def default_record(steps: int, num: int = 400) -> np.ndarray:
@@ -42,22 +47,27 @@ def _check_record(record, steps: int) -> np.ndarray:
 
 
 @eqx.filter_jit
-def _descend_jit(model, loss, V0, a0, lr, increments, optimizer):
+def _descend_jit(flow, fargs, params0, lr, increments, optimizer):
+    """GD (or ``optimizer``) on the flow's field: ``θ ← θ + lr·field(θ)`` for ``optax.sgd``; the
+    quadratures as left Riemann sums ``Σ lr·rate(θ_k)``; stop at the first non-finite iterate."""
     opt = optax.sgd(lr) if optimizer is None else optimizer
-    params = (V0, a0)
-    opt_state = opt.init(params)
+    opt_state = opt.init(params0)
+    rates = (lambda p: {}) if flow.rates is None else (lambda p: flow.rates(p, fargs))
+    dtype = jax.tree.leaves(params0)[0].dtype
+    quads0 = jax.tree.map(lambda s: jnp.zeros(s.shape, dtype), jax.eval_shape(rates, params0))
+
     def one_step(carry):
-        params, opt_state, Gamma, k, failed = carry
-        grads = jax.tree.map(jnp.negative, gradient_field(model, loss, *params))  # ∇L, as the flow's field
+        params, opt_state, quads, k, failed = carry
+        grads = jax.tree.map(jnp.negative, flow.field(params, fargs))  # ∇L, as the flow's field
         updates, new_state = opt.update(grads, opt_state, params)
         new_params = optax.apply_updates(params, updates)
-        new_Gamma = Gamma + lr * model.gamma(loss, *params)
-        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves((new_params, new_Gamma))]))
+        new_quads = jax.tree.map(lambda q, r: q + lr * r, quads, rates(params))
+        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves((new_params, new_quads))]))
         keep = lambda new, old: jax.tree.map(lambda n_, o_: jnp.where(finite, n_, o_), new, old)
         return (
             keep(new_params, params),
             keep(new_state, opt_state),
-            jnp.where(finite, new_Gamma, Gamma),
+            keep(new_quads, quads),
             jnp.where(finite, k + 1, k),
             ~finite,
         )
@@ -65,13 +75,24 @@ def _descend_jit(model, loss, V0, a0, lr, increments, optimizer):
     def segment(carry, inc):
         start = carry[3]
         carry = jax.lax.while_loop(lambda c: (c[3] < start + inc) & ~c[4], one_step, carry)
-        params, _, Gamma, k, failed = carry
-        return carry, (params[0], params[1], Gamma, k)
+        params, _, quads, k, failed = carry
+        return carry, (params, quads, k)
 
-    init = (params, opt_state, jnp.zeros((), V0.dtype), jnp.zeros((), jnp.int64), jnp.zeros((), bool))
-    final, (V, a, Gamma, k_reached) = jax.lax.scan(segment, init, increments)
-    metrics = jax.vmap(lambda V_, a_: compute_metrics(model, loss, V_, a_))(V, a)
-    return dict(V=V, a=a, Gamma=Gamma, k_reached=k_reached, k_end=final[3], failed=final[4], **metrics)
+    init = (params0, opt_state, quads0, jnp.zeros((), jnp.int64), jnp.zeros((), bool))
+    final, (params, quads, k_reached) = jax.lax.scan(segment, init, increments)
+    observed = {} if flow.observe is None else jax.vmap(lambda p: flow.observe(p, fargs))(params)
+    return dict(params=params, quadratures=quads, observed=observed, k_reached=k_reached, k_end=final[3],
+                failed=final[4])
+
+
+def _check_gd(lr, steps, optimizer, record):
+    lr = check_positive("lr", lr)
+    steps = check_positive_int("steps", steps, "an integer ≥ 1")
+    check_time_resolution("steps", steps)
+    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
+        raise bad_arg("optimizer", optimizer, "an optax.GradientTransformation or None")
+    rec = _check_record(record, steps)
+    return lr, steps, rec, jnp.asarray(np.diff(np.concatenate([[0], rec])))
 
 
 def descend(
@@ -109,14 +130,10 @@ def descend(
     ``steps < 1`` or a bad ``record``.
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    lr = check_positive("lr", lr)
-    steps = check_positive_int("steps", steps, "an integer ≥ 1")
-    check_time_resolution("steps", steps)
-    if optimizer is not None and not isinstance(optimizer, optax.GradientTransformation):
-        raise bad_arg("optimizer", optimizer, "an optax.GradientTransformation or None")
-    rec = _check_record(record, steps)
-    increments = jnp.asarray(np.diff(np.concatenate([[0], rec])))
-    out = _descend_jit(mdl, loss, V0, a0, jnp.asarray(lr), increments, optimizer)
+    lr, steps, rec, increments = _check_gd(lr, steps, optimizer, record)
+    out = _descend_jit(value_softmax_flow(loss), (mdl, loss), (V0, a0), jnp.asarray(lr), increments, optimizer)
+    (V, a), Gamma = out.pop("params"), out.pop("quadratures")["Gamma"]
+    out.update(V=V, a=a, Gamma=Gamma, **out.pop("observed"))
     k = jnp.asarray(rec)
     valid = out.pop("k_reached") == k
     k_end = out.pop("k_end")
@@ -139,4 +156,59 @@ def descend(
         t_end=lr * k_end.astype(jnp.float64),
         meta=tuple(sorted(meta.items())),
         **out,
+    )
+
+
+def descend_params(
+    loss,
+    params0,
+    *,
+    lr: float,
+    steps: int,
+    record=None,
+    optimizer: optax.GradientTransformation | None = None,
+    args=None,
+    observe=None,
+    quadratures=None,
+) -> Solution:
+    """Gradient descent (or any optax optimiser) on any JAX loss over a parameter pytree: the
+    discrete twin of :func:`gradflow.integrate`.
+
+    **Arguments:**
+
+    - ``loss``, ``params0``, ``args``, ``observe``, ``quadratures``: as :func:`gradflow.integrate`
+      (``loss(params)`` or ``loss(params, args)``, a real float scalar; ``params0`` a pytree of
+      float arrays, cast to float64).
+    - ``lr``: step size ``> 0``; iteration ``k`` sits at flow time ``t = lr·k``.
+    - ``steps``: number of iterations ``≥ 1``.
+    - ``record``: iteration indices to save (strictly increasing, in ``[0, steps]``); default
+      ``0`` and ~400 log-spaced indices.
+    - ``optimizer``: any ``optax.GradientTransformation``; default ``optax.sgd(lr)``, i.e.
+      ``θ ← θ − lr·∇L`` exactly.
+
+    **Returns:** a :class:`gradflow.Solution` with ``k = record``, ``t = lr·k``, ``params``,
+    ``loss``, ``grad_norm``, ``observed``; ``quadratures`` are left Riemann sums
+    ``Σ_{j<k} lr·g(θ_j)``. An iterate that turns non-finite stops the run (status
+    ``nonfinite``; later points hold the last finite iterate with ``valid = False``).
+
+    **Raises:** :class:`gradflow.GradflowValueError` as :func:`gradflow.integrate` for the loss,
+    parameters and functions, and for ``lr ≤ 0``, ``steps < 1`` or a bad ``record``.
+
+    >>> import gradflow
+    >>> gd = gradflow.descend_params(lambda p: 0.5 * (2.0 - p["w2"] * p["w1"]) ** 2,
+    ...                              {"w1": 0.1, "w2": 0.1}, lr=0.01, steps=10_000)
+    >>> round(float(gd.params["w1"][-1] ** 2), 6)
+    2.0
+    """
+    user, params0, args = prepare_user(loss, params0, args, None, observe, quadratures, batch=False)
+    lr, steps, rec, increments = _check_gd(lr, steps, optimizer, record)
+    out = _descend_jit(user.flow(steady=False), args, params0, jnp.asarray(lr), increments, optimizer)
+    k = jnp.asarray(rec)
+    obs = out["observed"]
+    meta = {"method": "gd" if optimizer is None else "optax", "lr": lr, "steps": steps}
+    return Solution(
+        t=lr * k.astype(jnp.float64), k=k, params=out["params"], loss=obs["loss"], grad_norm=obs["grad_norm"],
+        observed=obs["observed"], quadratures=out["quadratures"], valid=out["k_reached"] == k,
+        num_steps=out["k_end"], status_code=jnp.where(out["failed"], 3, 0), t_end=lr * out["k_end"].astype(jnp.float64),
+        meta=tuple(sorted(meta.items())),
     )

@@ -44,6 +44,16 @@ class AbstractLoss(eqx.Module):
         """The output dimension ``d`` the loss accepts."""
         raise NotImplementedError
 
+    @property
+    def has_finite_minimiser(self) -> bool:
+        """Whether ``L(V, a) = ℓ(β(V, a))`` can come to rest at finite parameters (a finite
+        minimiser of ``ℓ`` that the model reaches). ``True`` by default (square loss,
+        soft-target cross-entropy); ``False`` for losses like the logistic teacher, whose flow
+        runs off to infinity (the loss → 0 only as the margin grows without bound, paper Thm. 3.3). The flow of a loss with
+        a finite minimiser stops at rest (``traj.t_steady``) and ``solver="auto"`` prepares for
+        its stiff late phase."""
+        return True
+
     def residual(self, beta: Float[Array, " d"]) -> Float[Array, " d"]:
         """``r = −∇_β ℓ(β)`` (autodiff)."""
         return -jax.grad(self.__call__)(beta)
@@ -86,6 +96,10 @@ class LogisticTeacher(AbstractLoss):
     @property
     def teacher(self):
         return self.beta_star
+
+    @property
+    def has_finite_minimiser(self) -> bool:
+        return False  # ℓ > 0 everywhere, → 0 only as the margin ⟨β*, β⟩ → ∞
 
     @property
     def dim(self) -> int:

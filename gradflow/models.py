@@ -19,14 +19,15 @@ import functools
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from . import maps as _maps
 from ._errors import bad_arg
-from ._validate import check_positive
+from ._validate import LOGITS_HINT, as_float_array, check_positive
 from .losses import AbstractLoss
 
-__all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_model"]
+__all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_model", "prepare"]
 
 
 class AbstractModel(eqx.Module):
@@ -190,3 +191,57 @@ def _build(cls, normalization: str, temperature: float, x64: bool) -> AbstractMo
     eagerly even when first asked for inside a ``jax.jit`` trace, so no tracer is cached."""
     with jax.ensure_compile_time_eval():
         return cls(normalization=normalization, temperature=temperature)
+
+
+def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
+    """Validate ``loss``, the model settings and the initial arrays of one run (or a batch).
+
+    Returns ``(model, V0, a0)`` with the arrays as float64 NumPy arrays (JAX tracers stay tracers).
+
+    **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a gradflow loss,
+    unknown model/normalisation names, a bad temperature, non-numeric or non-finite arrays,
+    shapes that do not fit the model and loss, and initial logits where the map is undefined.
+    """
+    if not isinstance(loss, AbstractLoss):
+        raise bad_arg("loss", loss, "a gradflow loss (LogisticTeacher, SquareLoss, SoftTargetCrossEntropy)")
+    mdl = get_model(model, normalization, temperature)
+    v_name, a_name = ("V0s", "a0s") if batch else ("V0", "a0")
+    V0 = as_float_array(v_name, V0, host=True)
+    a0 = as_float_array(a_name, a0, accepted=LOGITS_HINT, host=True)
+    if batch:
+        if V0.ndim < 1 or a0.ndim < 1 or V0.shape[0] != a0.shape[0]:
+            raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
+        if V0.ndim != 3:
+            raise bad_arg("V0s.shape", tuple(V0.shape), "(B, d, n): one (d, n) value block per lane")
+        mdl.check_shapes(V0[0], a0[0], loss)
+    else:
+        mdl.check_shapes(V0, a0, loss)
+    if not _total(mdl) and not bool(_weights_finite(mdl, V0, a0, batch)):
+        raise bad_arg(
+            a_name,
+            np.asarray(a0),
+            f"logits where the {mdl.normalization!r} map is defined (its denominator is 0 here; "
+            "softmax, sigmoid, elu and linear are defined for every finite logit at temperature 1)",
+        )
+    return mdl, V0, a0
+
+
+TOTAL_MAPS = frozenset({"softmax", "sigmoid", "elu", "linear"})
+"""Maps whose weights are finite for every finite logit vector at temperature 1 (softmax is
+computed shifted by its maximum). Not ``sigmoid-norm`` or ``elu-norm``: their terms underflow
+to 0 for logits below about −745, and the denominator with them; not ``sparsemax``: above
+about 2⁵³ its support test rounds to false everywhere and the threshold divides by 0."""
+
+
+def _total(model) -> bool:
+    """Whether finite initial logits are enough for finite weights (skips a compiled check,
+    which costs a dispatch and a device sync per run): the model's logits are ``a`` itself and its weights the map's (not overridden),
+    the map is in :data:`TOTAL_MAPS` and the temperature is 1 (``a / T`` can overflow)."""
+    return (type(model).logits is AbstractModel.logits and type(model).weights is AbstractModel.weights
+            and model.normalization in TOTAL_MAPS and float(model.temperature) == 1.0)
+
+
+@eqx.filter_jit
+def _weights_finite(model, V, a, batch):
+    finite = lambda V_, a_: jnp.all(jnp.isfinite(model.weights(V_, a_)))
+    return jnp.all(jax.vmap(finite)(V, a)) if batch else finite(V, a)

@@ -13,13 +13,14 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from ._engine.solve import Status
 from ._errors import bad_arg
 from .losses import AbstractLoss
 from .models import AbstractModel
 
-__all__ = ["Trajectory", "STATUS", "compute_metrics", "atomic_write", "remove_stale_temporaries", "winners"]
+__all__ = ["Solution", "Trajectory", "STATUS", "compute_metrics", "atomic_write", "remove_stale_temporaries", "winners"]
 
-STATUS = ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
+STATUS = tuple(status.name for status in Status)  # ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
 """Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` stalled:
 the log-time step collapsed below ``STALL_ULPS·eps·max(1, τ1)`` (≈ 6e-12 at ``t1 = 1e12``) with a
 finite field around — a blow-up, kink or singularity ahead; ``3`` non-finite: the field at the
@@ -113,6 +114,74 @@ class Trajectory(eqx.Module):
             fields = {name: jnp.asarray(z[name]) for name in cls._ARRAYS if name in z.files}
             meta = json.loads(str(z["_meta_json"]))
         return cls(meta=tuple(sorted(meta.items())), **fields)
+
+
+class Solution(eqx.Module):
+    """The flow (or descent) of any loss over a parameter pytree: :func:`gradflow.integrate`,
+    :func:`gradflow.integrate_batch`, :func:`gradflow.descend_params`. Immutable; a batch gives
+    every array a leading axis ``B``.
+
+    **Fields** (``T`` saved points; float64 unless stated):
+
+    - ``t (T,)``: flow time of each saved point (GD: ``t = lr·k``).
+    - ``params``: the parameter pytree, every leaf with a leading ``T`` axis.
+    - ``loss (T,)``: ``L(params)``.
+    - ``grad_norm (T,)``: ``‖d params/dt‖₂`` over all leaves (``= ‖∇L‖₂`` unless an explicit
+      ``field`` was given).
+    - ``observed``: ``{name: (T, ...)}``, each ``observe`` function at the saved points.
+    - ``quadratures``: ``{name: (T,)}``, ``∫₀ᵗ g(params(t')) dt'`` of each ``quadratures``
+      integrand, integrated with the flow (GD: the left Riemann sum ``Σ lr·g``).
+    - ``valid (T,)`` bool: whether the run reached that point; unreached points hold the last
+      reached state (never NaN/inf).
+    - ``num_steps ()`` int: solver steps taken (accepted and rejected), or GD iterations done.
+    - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
+    - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
+    - ``t_steady ()``: flow time at which the flow was at rest within tolerance and the solve
+      stopped (later points hold that state); ``inf`` if never (``None`` for GD).
+    - ``k (T,)`` int: GD iteration index (``None`` for the flow).
+    - ``meta``: static description (solver, tolerances, ...); ``metadata`` as a dict.
+    """
+
+    t: Float[Array, "*B T"]
+    params: Any
+    loss: Float[Array, "*B T"]
+    grad_norm: Float[Array, "*B T"]
+    observed: dict
+    quadratures: dict
+    valid: Bool[Array, "*B T"]
+    num_steps: Int[Array, "*B"]
+    status_code: Int[Array, "*B"]
+    t_end: Float[Array, "*B"]
+    t_steady: Float[Array, "*B"] | None = None
+    k: Int[Array, "*B T"] | None = None
+    meta: tuple = eqx.field(static=True, default=())
+
+    @property
+    def status(self):
+        """Status name (``str``), or a list of names for a batch (:data:`STATUS`)."""
+        code = np.asarray(self.status_code)
+        if code.ndim == 0:
+            return STATUS[int(code)]
+        return [STATUS[int(c)] for c in code.ravel()]
+
+    @property
+    def ok(self) -> bool:
+        """True when every run finished with status ``ok``."""
+        return bool(np.all(np.asarray(self.status_code) == 0))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return dict(self.meta)
+
+    @property
+    def batched(self) -> bool:
+        return np.ndim(self.status_code) > 0
+
+    def __getitem__(self, i) -> "Solution":
+        """Lane ``i`` of a batched solution."""
+        if not self.batched:
+            raise IndexError("a single (unbatched) solution cannot be indexed; index a batch")
+        return jax.tree.map(lambda x: x[i], self)
 
 
 def atomic_write(path: str | os.PathLike, write, exclusive: bool = False) -> bool:
@@ -223,15 +292,3 @@ def compute_metrics(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array
     if loss.teacher is not None:
         out["u"] = model.u(V, loss.teacher)
     return out
-
-
-def forward_fill(valid: Array, tree, init):
-    """Replace rows where ``valid`` is False by the last valid row before them (``init`` before any)."""
-
-    def step(prev, xs):
-        ok, row = xs
-        new = jax.tree.map(lambda r, p: jnp.where(ok, r, p), row, prev)
-        return new, new
-
-    _, filled = jax.lax.scan(step, init, (valid, tree))
-    return filled

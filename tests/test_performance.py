@@ -8,11 +8,12 @@ import subprocess
 import sys
 
 import equinox as eqx
+import jax
 import numpy as np
 import pytest
 
 import gradflow
-from gradflow import _simulate
+from gradflow._engine import _eqx_compat, batch as _batch, solve as _solve, stiff as _stiff
 from tests import reference as ref
 
 
@@ -25,8 +26,8 @@ def _draw(seed, n, B):
 
 def test_no_recompilation_across_tolerances_horizons_seeds_and_ts(monkeypatch):
     # shapes (B = 3, n = d = 3, 17 save points) used by no other test, so the first call traces
-    counted = eqx.debug.assert_max_traces(_simulate._solve_raw, max_traces=1)
-    monkeypatch.setattr(_simulate, "_solve_raw", counted)
+    counted = eqx.debug.assert_max_traces(_solve.solve_lane, max_traces=1)
+    monkeypatch.setattr(_solve, "solve_lane", counted)
     settings = [
         dict(seed=0, t1=1e3, rtol=1e-8, atol=1e-10, ts=np.geomspace(1e-3, 1e3, 17)),
         dict(seed=1, t1=1e12, rtol=1e-10, atol=1e-12, ts=np.geomspace(1e-2, 1e12, 17)),
@@ -52,8 +53,8 @@ def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
     bs = rng.randn(n)
     loss = gradflow.LogisticTeacher(bs / np.linalg.norm(bs))
     calls = []
-    solve = _simulate._solve_jit
-    monkeypatch.setattr(_simulate, "_solve_jit", lambda *a, **k: calls.append(a[2][0].shape[0]) or solve(*a, **k))
+    solve = _batch._solve_jit
+    monkeypatch.setattr(_batch, "_solve_jit", lambda *a, **k: calls.append(jax.tree.leaves(a[2])[0].shape[0]) or solve(*a, **k))
     # the control first: one round of max_steps runs all eight lanes for every step
     whole = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
     assert calls == [8] and whole.ok
@@ -61,7 +62,7 @@ def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
     R = int(np.sort(steps_whole)[-3])  # two lanes need more than R steps
     slow = steps_whole > R
     assert slow.sum() == 2, steps_whole
-    monkeypatch.setattr(_simulate, "ROUND_STEPS", R)
+    monkeypatch.setattr(_batch, "ROUND_STEPS", R)
     calls.clear()
     traj = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
     assert traj.ok and calls[:2] == [8, 2], calls  # the second round: the two slow lanes only
@@ -88,7 +89,7 @@ def test_stiff_square_design_kappa50_finishes_and_matches_radau():
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 16)])
     traj = gradflow.simulate(gradflow.SquareLoss(y, design=X, scale=1.0), W, a, t1=1e5, ts=ts, rtol=1e-10, atol=1e-12)
     assert traj.status == "ok" and traj.metadata["solver"] == "auto-stiff"
-    assert int(traj.num_steps) > _simulate.EXPLICIT_BUDGET  # the implicit phase did run
+    assert int(traj.num_steps) > _stiff.EXPLICIT_BUDGET  # the implicit phase did run
     Vr, ar, _ = ref.integrate(W, a, ref.square_residual(y, X, 1.0), ts, rtol=1e-11, atol=1e-13, method="Radau")
     sr = np.array([ref.softmax(x) for x in ar])
     np.testing.assert_allclose(traj.s, sr, rtol=1e-6, atol=1e-9)
@@ -134,9 +135,9 @@ _CACHE_SCRIPT = r"""
 import contextlib, os, sys
 import numpy as np
 import gradflow
-from gradflow import _simulate
+from gradflow._engine import _eqx_compat
 if sys.argv[2] == "control":  # trace with equinox's default raising checks (host callbacks)
-    _simulate._cacheable = contextlib.nullcontext
+    _eqx_compat.cacheable = contextlib.nullcontext
 gradflow.enable_compilation_cache(sys.argv[1])
 rng = np.random.RandomState(0)
 traj = gradflow.simulate(gradflow.LogisticTeacher(rng.randn(3)), 0.1 * rng.randn(3, 3), np.zeros(3), t1=1e6,
@@ -175,12 +176,12 @@ def test_first_round_in_chunks_equals_one_solve(monkeypatch):
     losses = [gradflow.LogisticTeacher(b / np.linalg.norm(b)) for b in rng.randn(5, n)]
     ts = np.geomspace(1e-2, 1e10, 11)
     whole = gradflow.simulate_batch(losses, V0s, a0s, t1=1e10, ts=ts)
-    monkeypatch.setattr(_simulate, "LANES_PER_SOLVE", 2)
-    monkeypatch.setattr(_simulate, "ROUND_STEPS", int(np.sort(np.asarray(whole.num_steps))[-2]) - 1)
+    monkeypatch.setattr(_batch, "LANES_PER_SOLVE", 2)
+    monkeypatch.setattr(_batch, "ROUND_STEPS", int(np.sort(np.asarray(whole.num_steps))[-2]) - 1)
     chunked = gradflow.simulate_batch(losses, V0s, a0s, t1=1e10, ts=ts)
     assert chunked.status == whole.status == ["ok"] * 5
     assert chunked.V.shape == whole.V.shape == (5, 11, n, n)
-    slow = np.asarray(whole.num_steps) > _simulate.ROUND_STEPS
+    slow = np.asarray(whole.num_steps) > _batch.ROUND_STEPS
     assert 1 <= slow.sum() < 5  # some lanes (not all) went on to a second round
     np.testing.assert_array_equal(np.asarray(chunked.num_steps)[~slow], np.asarray(whole.num_steps)[~slow])
     np.testing.assert_allclose(chunked.a, whole.a, rtol=1e-6, atol=1e-6)
@@ -194,10 +195,10 @@ def test_first_round_chunks_concatenated_equal_one_solve(monkeypatch):
     rng = np.random.RandomState(4)
     V0s, a0s, losses = 0.1 * rng.randn(5, 3, 3), np.zeros((5, 3)), [gradflow.LogisticTeacher(b) for b in rng.randn(5, 3)]
     whole = gradflow.simulate_batch(losses, V0s, a0s, t1=1e8, ts=np.geomspace(1e-2, 1e8, 9))
-    monkeypatch.setattr(_simulate, "LANES_PER_SOLVE", 2)
+    monkeypatch.setattr(_batch, "LANES_PER_SOLVE", 2)
     calls = []
-    first = _simulate._first_round
-    monkeypatch.setattr(_simulate, "_first_round", lambda *a, **k: calls.append(a[2].shape[0]) or first(*a, **k))
+    first = _batch._first_round
+    monkeypatch.setattr(_batch, "_first_round", lambda *a, **k: calls.append(jax.tree.leaves(a[2])[0].shape[0]) or first(*a, **k))
     chunked = gradflow.simulate_batch(losses, V0s, a0s, t1=1e8, ts=np.geomspace(1e-2, 1e8, 9))
     assert calls == [2, 2, 1] and chunked.status == whole.status == ["ok"] * 5
     np.testing.assert_array_equal(np.asarray(chunked.num_steps), np.asarray(whole.num_steps))
@@ -207,7 +208,7 @@ def test_first_round_chunks_concatenated_equal_one_solve(monkeypatch):
 
 
 def test_solves_leave_equinox_checks_raising():
-    """Solves are traced with ``on_error="nan"`` (:func:`_simulate._cacheable`); afterwards a
+    """Solves are traced with ``on_error="nan"`` (:func:`gradflow._engine._eqx_compat.cacheable`); afterwards a
     user's ``eqx.error_if`` still raises, eagerly and under a fresh ``jax.jit``. Control: inside
     the context the same check returns NaN instead, so the test sees the swap."""
     import jax
@@ -220,5 +221,5 @@ def test_solves_leave_equinox_checks_raising():
         check(jnp.ones(2)).block_until_ready()
     with pytest.raises(Exception, match="boom"):
         jax.jit(check)(jnp.ones(2)).block_until_ready()
-    with _simulate._cacheable():
+    with _eqx_compat.cacheable():
         assert np.all(np.isnan(np.asarray(jax.jit(lambda x: check(x) * 1.0)(jnp.ones(2)))))

@@ -1,0 +1,71 @@
+"""Workarounds for library internals, in one place and guarded by the versions they were tested on.
+
+Only one today: tracing the solves with equinox's ``on_error="nan"`` instead of a host callback
+(:func:`cacheable`), so that the compiled solve can be written to JAX's persistent compilation
+cache. It replaces a private module global of equinox (``equinox._errors.branched_error_if_impl_jit``)
+while a solve is traced. On an equinox version not in :data:`TESTED_EQUINOX`, or one whose
+internals moved, :func:`cacheable` does nothing: results are the same, only the persistent
+cache is not written (every new process compiles the solve again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import equinox as eqx
+
+__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable"]
+
+TESTED_EQUINOX = ("0.13.8",)
+"""equinox versions the swap in :func:`cacheable` was tested on (``tests/test_performance.py``
+checks that the solve is cached and that a user's ``eqx.error_if`` still raises afterwards)."""
+
+try:
+    import equinox._errors as _eqx_errors
+
+    _HAVE_INTERNALS = callable(getattr(_eqx_errors, "branched_error_if_impl_jit", None)) and callable(
+        getattr(_eqx_errors, "branched_error_if_impl", None))
+except ImportError:  # pragma: no cover - a future equinox without this module
+    _eqx_errors, _HAVE_INTERNALS = None, False
+
+ACTIVE = _HAVE_INTERNALS and eqx.__version__ in TESTED_EQUINOX
+"""Whether :func:`cacheable` swaps equinox's check (this equinox is a tested version)."""
+
+_LOCK = threading.RLock()
+
+
+def _nan_on_error(x, pred, index, msgs, *, on_error):
+    """Stand-in for equinox's jitted check while gradflow traces a solve: a ``"default"`` check
+    becomes ``"nan"`` (explicit ``on_error`` values are kept); traced inline, not through
+    equinox's own jit cache, so nothing outlives :func:`cacheable`."""
+    return _eqx_errors.branched_error_if_impl(x, pred, index, msgs, on_error="nan" if on_error == "default" else on_error)
+
+
+@contextlib.contextmanager
+def cacheable():
+    """Trace the solves with equinox's ``on_error="nan"`` instead of a host callback.
+
+    diffrax checks the (traced) save times with ``eqx.error_if`` — increasing, inside
+    ``[t0, t1]`` — and equinox implements a raising check with a host callback; JAX never
+    writes a computation with host callbacks to the persistent compilation cache, so every
+    new process would recompile the solve. gradflow checks ``ts`` on the host before the solve
+    and clips the save times into ``[t0, t1]``, so these checks cannot fire; with ``"nan"``
+    they compile to a ``cond`` and the executable can be cached. Inside this context
+    equinox's jitted check (a module global it looks up at each call) is replaced by
+    :func:`_nan_on_error`; it is restored afterwards, under a lock, so concurrent gradflow
+    calls from several threads do not interleave the swap. A check in a user's own code traced
+    by another thread meanwhile would also get ``"nan"``.
+
+    Fallback: when :data:`ACTIVE` is false (an untested equinox) this context does nothing.
+    """
+    if not ACTIVE:
+        yield
+        return
+    with _LOCK:
+        old = _eqx_errors.branched_error_if_impl_jit
+        _eqx_errors.branched_error_if_impl_jit = _nan_on_error
+        try:
+            yield
+        finally:
+            _eqx_errors.branched_error_if_impl_jit = old

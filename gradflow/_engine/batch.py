@@ -1,0 +1,308 @@
+"""Many lanes of one flow: rounds of unfinished lanes, buckets, chunks and sharding over devices.
+
+A *lane* is one run (one initial state, and one set of arguments if they are batched). Lanes are
+solved together under ``vmap`` (:func:`_per_lane`) in rounds of at most :data:`ROUND_STEPS` steps;
+after a round only the lanes still running (status ``max_steps`` of the round) take part in the
+next one, gathered into a bucket of a power-of-two size; the solver of each lane in each round is
+decided by :func:`gradflow._engine.stiff.phase_of_lanes`. Lanes are sharded over ``devices``
+along their leading axis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import bad_arg
+from . import _eqx_compat
+from . import solve as _solve
+from . import stiff as _stiff
+from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
+
+__all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "run", "check_devices"]
+
+ROUND_STEPS = 512
+"""Steps per solver round. Under ``vmap`` a solve runs every lane until the slowest one is
+done, so solves run in rounds of at most this many steps: lanes still running after a round
+(status ``max_steps`` of the round) continue from where they stopped in the next round,
+gathered into a smaller batch (padded to a power of two, so few shapes get compiled); lanes
+that finished are not computed again. A lone stiff seed then costs its own steps, not
+``B ×`` its steps. Restarting costs one initial step-size estimate per round."""
+
+LANES_PER_SOLVE = 256
+"""At most this many lanes per device in one vmapped solve; larger rounds run as several
+solves. Past a few hundred lanes the per-step save buffers (lanes × save points × state)
+leave the CPU caches and the cost per lane grows (measured: ×5 per seed from 256 to 4096)."""
+
+
+class Finished(eqx.Module):
+    """The engine's result for every lane (leading lane axis ``B``; none when one lane was asked for).
+
+    ``params``: the parameter pytree at the save points (``(B, T, ...)``), unreached points
+    holding the last reached state; ``quadratures``: dict of ``(B, T)``; ``observed``: dict of
+    ``flow.observe`` at the save points (``(B, T, ...)``); ``valid (B, T)``; ``status_code (B,)``
+    (a :class:`Status`); ``num_steps (B,)``; ``t_end (B,)``; ``t_steady (B,)`` (``inf``: none)."""
+
+    params: object
+    quadratures: dict
+    observed: dict
+    valid: jax.Array
+    status_code: jax.Array
+    num_steps: jax.Array
+    t_end: jax.Array
+    t_steady: jax.Array
+
+
+def forward_fill(valid, tree, init):
+    """Replace rows where ``valid`` is False by the last valid row before them (``init`` before any)."""
+
+    def step(prev, xs):
+        ok, row = xs
+        new = jax.tree.map(lambda r, p: jnp.where(ok, r, p), row, prev)
+        return new, new
+
+    _, filled = jax.lax.scan(step, init, (valid, tree))
+    return filled
+
+
+def _take(tree, idx):
+    """Index the array leaves of ``tree`` along their leading (lane) axis; other leaves are shared."""
+    return jax.tree.map(lambda x: x[idx] if eqx.is_array(x) else x, tree)
+
+
+def _per_lane(fn, args_batched, n_lane_args):
+    """``fn(args, *lane_args)`` vmapped over lanes (over ``args`` too if it is batched).
+
+    A single lane (``simulate``, or the last pending lane of a batch) is not vmapped but
+    computed directly and given its lane axis back: tracing a batched diffrax while loop
+    costs about twice the time of the plain one (a cold process pays it), and the batched
+    loop's per-step masking costs time too."""
+    vmapped = eqx.filter_vmap(fn, in_axes=(0 if args_batched else None,) + (0,) * n_lane_args)
+
+    def call(args, *lane_args):
+        if {x.shape[0] for x in jax.tree.leaves(lane_args)} != {1}:
+            return vmapped(args, *lane_args)
+        out = fn(_take(args, 0) if args_batched else args, *_take(lane_args, 0))
+        return jax.tree.map(lambda x: jnp.asarray(x)[None], out)
+
+    return call
+
+
+@eqx.filter_jit
+def _solve_jit(flow, fargs, y0, tau0, taus, rtol, atol, solver_name, max_steps, args_batched):
+    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps)
+    return _per_lane(fn, args_batched, 2)(fargs, y0, tau0)
+
+
+def _finish(flow, fargs, ys, valid, y0, y_end, code):
+    """Forward-fill unreached points (from ``y0``), observe, check the final field is finite."""
+    params, quads = forward_fill(valid, ys, init=y0)
+    observed = {} if flow.observe is None else jax.vmap(lambda p: flow.observe(p, fargs))(params)
+    field_ok = _all_finite(rhs(flow, y_end, fargs))
+    return dict(params=params, quadratures=quads, observed=observed, valid=valid,
+                status_code=jnp.where(field_ok, code, Status.nonfinite))
+
+
+def _finish_all(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane) -> Finished:
+    """The result of all lanes: :func:`_finish` per lane, the first ``keep`` save points
+    (``taus`` may carry an extra end point), lane ``lane`` only if it is not ``None``."""
+    fn = lambda a, y, v, y_0, ye, c: _finish(flow, a, y, v, y_0, ye, c)
+    reached = state.reached | (taus == 0)  # t = 0 is the initial state itself
+    res = _per_lane(fn, args_batched, 5)(fargs, state.ys, reached, y0, state.y_end, state.code)
+    tau_end = state.tau_end
+    t_end = jnp.where(tau_end == taus[-1], t1_exact, jnp.expm1(tau_end))
+    cut = lambda tree: jax.tree.map(lambda x: x[:, :keep], tree)
+    out = Finished(params=cut(res["params"]), quadratures=cut(res["quadratures"]), observed=cut(res["observed"]),
+                   valid=cut(res["valid"]), status_code=res["status_code"], num_steps=state.num_steps,
+                   t_end=t_end, t_steady=jnp.expm1(state.tau_steady))
+    return out if lane is None else jax.tree.map(lambda x: x[lane], out)
+
+
+_finish_jit = eqx.filter_jit(_finish_all)
+
+
+def _initial_y(flow, fargs, params0, args_batched):
+    """``y0 = (params0, quadratures = 0)`` for every lane (leading axis of ``params0``)."""
+    leaves = jax.tree.leaves(params0)
+    B, dtype = leaves[0].shape[0], leaves[0].dtype
+    lane0, args0 = _take(params0, 0), (_take(fargs, 0) if args_batched else fargs)
+    shapes = eqx.filter_eval_shape(lambda p, a: {} if flow.rates is None else flow.rates(p, a), lane0, args0)
+    return params0, jax.tree.map(lambda s: jnp.zeros((B,) + s.shape, dtype), shapes)
+
+
+_initial_y_jit = eqx.filter_jit(_initial_y)
+
+
+def _initial_state(y0, taus) -> SolveState:
+    """The solve state of lanes not yet run (status ``max_steps``: still to run)."""
+    leaves = jax.tree.leaves(y0)
+    B, T, dtype = leaves[0].shape[0], taus.shape[0], leaves[0].dtype
+    return SolveState(
+        ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
+        reached=jnp.zeros((B, T), bool),
+        y_end=y0,
+        tau_end=jnp.zeros((B,), dtype),
+        tau_steady=jnp.full((B,), jnp.inf, dtype),
+        num_steps=jnp.zeros((B,), int),
+        code=jnp.full((B,), Status.max_steps, int),
+    )
+
+
+@eqx.filter_jit
+def _first_round(flow, fargs, params0, taus, t1_exact, rtol, atol, solver_name, steps, args_batched, keep, lane):
+    """The first round of every lane, fused with the set-up and the finish into one compiled
+    call: most runs end in their first round, and then this is the only dispatch of a solve
+    (per-call overhead matters next to a 37-step solve of a few milliseconds). Returns the
+    solve state (for further rounds if a lane is still running) and the finished result."""
+    y0 = _initial_y(flow, fargs, params0, args_batched)
+    state = _initial_state(y0, taus)
+    out = _solve_jit(flow, fargs, state.y_end, state.tau_end, taus, rtol, atol, solver_name, steps, args_batched)
+    lanes = jnp.arange(state.code.shape[0])
+    state = _merge(state, out, lanes, lanes)
+    return state, _finish_all(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane)
+
+
+def _bucket(k: int, B: int, n_dev: int) -> int:
+    """Lanes computed for ``k`` pending lanes of ``B``: a power of two ≥ ``k`` (``B`` for the
+    first round), rounded up to a multiple of the device count."""
+    size = B if k == B else min(1 << (k - 1).bit_length(), B)
+    return -(-size // n_dev) * n_dev
+
+
+def _place(tree, devices):
+    """Shard the array leaves of ``tree`` along their leading (lane) axis over ``devices``."""
+    if len(devices) == 1 and devices[0] == jax.devices()[0]:
+        return tree
+    mesh = jax.sharding.Mesh(np.asarray(devices), ("lanes",))
+    sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
+    return jax.tree.map(lambda x: jax.device_put(x, sharding) if eqx.is_array(x) else x, tree)
+
+
+@eqx.filter_jit
+def _gather(tree, idx):
+    return _take(tree, idx)
+
+
+@eqx.filter_jit
+def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
+    """Write the round's results ``out`` (lanes ``idx``) into ``state`` at rows ``dest``
+    (padding rows point past the end and are dropped). New save points are taken only where
+    the lane had not been before; the rest of the lane's state is replaced."""
+    old_reached = state.reached[idx]
+    new_points = out.reached & ~old_reached
+    put = lambda new, old: old.at[dest].set(new, mode="drop")
+    merge = lambda new, old: put(_where_leading(new_points, new, old[idx]), old)
+    return SolveState(
+        ys=jax.tree.map(merge, out.ys, state.ys),
+        reached=put(old_reached | out.reached, state.reached),
+        y_end=jax.tree.map(put, out.y_end, state.y_end),
+        tau_end=put(out.tau_end, state.tau_end),
+        tau_steady=put(out.tau_steady, state.tau_steady),
+        num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps),
+        code=put(out.code, state.code),
+    )
+
+
+def _round(flow, fargs, state, pending, taus, rtol, atol, solver_name, steps, args_batched, devices):
+    """Advance the lanes ``pending`` by at most ``steps`` solver steps; merge into ``state``."""
+    B, k = state.code.shape[0], pending.size
+    size = _bucket(k, B, len(devices))
+    idx = np.concatenate([pending, np.full(size - k, pending[0])])  # padding lanes repeat one lane
+    dest = np.concatenate([pending, np.full(size - k, B)])  # ... and are dropped when merging
+    whole = size == B and k == B
+    lane_args = fargs if not args_batched or whole else _gather(fargs, idx)
+    start = (state.y_end, state.tau_end) if whole else _gather((state.y_end, state.tau_end), idx)
+    (y_start, tau_start), lane_args = _place(start, devices), (_place(lane_args, devices) if args_batched else fargs)
+    out = _solve_jit(flow, lane_args, y_start, tau_start, taus, rtol, atol, solver_name, steps, args_batched)
+    return _merge(state, out, idx, dest)
+
+
+def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_steps: int,
+                args_batched: bool, devices, keep: int, lane=None) -> Finished:
+    """Solve ``B`` lanes (leading axis of every leaf of ``params0``) in rounds
+    (:data:`ROUND_STEPS`), each lane's solver per round from
+    :func:`gradflow._engine.stiff.phase_of_lanes`, then finish (the first ``keep`` save
+    points; lane ``lane`` only, if given)."""
+    rtol, atol, t1_exact = np.asarray(rtol), np.asarray(atol), np.asarray(t1_exact)
+    B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
+    per_solve = LANES_PER_SOLVE * n_dev
+    solvers, left = _stiff.phase_of_lanes(name, np.zeros(1, np.int64), max_steps)
+    first_name, steps = solvers[0], int(min(ROUND_STEPS, left[0]))
+    # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
+    # power of two, every chunk to a multiple of the device count, by repeating the chunk's
+    # first lane), each chunk one fused call (set-up, solve, finish). Most runs end here; their
+    # results are only concatenated. Merging each chunk into one state of all B lanes instead
+    # would copy that state once per chunk.
+    size = min(-(-B // n_dev) * n_dev, per_solve)
+    states, results, kept = [], [], []
+    for lo in range(0, B, size):
+        real = min(size, B - lo)
+        csize = _bucket(real, size, n_dev)  # a short last chunk: a power of two, as in later rounds
+        idx = np.concatenate([np.arange(lo, lo + real), np.full(csize - real, lo)])
+        whole = real == B and csize == B
+        pick = (lambda x: x) if whole else (lambda x: _take(x, idx))
+        chunk_args = _place(pick(fargs), devices) if args_batched else fargs
+        state_c, res_c = _first_round(flow, chunk_args, _place(pick(params0), devices), taus, t1_exact, rtol, atol,
+                                      first_name, steps, args_batched, keep, lane if whole else None)
+        states.append(state_c)
+        results.append(res_c)
+        kept.append(real)
+    codes = np.concatenate([np.asarray(st.code)[:k] for st, k in zip(states, kept)])
+    join = lambda parts: jax.tree.map(
+        lambda *xs: xs[0] if len(xs) == 1 and xs[0].shape[0] == kept[0] else jnp.concatenate(
+            [x[:k] for x, k in zip(xs, kept)]), *parts)
+    if not np.any(codes == Status.max_steps):
+        if len(results) == 1 and whole:
+            return results[0]  # one unpadded chunk: lane and save points already selected inside the call
+        res = join(results)
+        return res if lane is None else jax.tree.map(lambda x: x[lane], res)
+    state = join(states)
+    del states, results  # only the joined state is needed from here on
+    while True:
+        pending = np.flatnonzero(np.asarray(state.code) == Status.max_steps)
+        if pending.size == 0:
+            break
+        solvers, left = _stiff.phase_of_lanes(name, np.asarray(state.num_steps)[pending], max_steps)
+        steps_now = np.minimum(left, ROUND_STEPS)
+        if not np.any(steps_now > 0):
+            break  # every unfinished lane has spent its budget: status max_steps
+        for solver_name, n in sorted({(s, int(n)) for s, n in zip(solvers, steps_now) if n > 0}):
+            group = pending[(solvers == solver_name) & (steps_now == n)]
+            for lo in range(0, group.size, per_solve):
+                state = _round(flow, fargs, state, group[lo: lo + per_solve], taus, rtol, atol, solver_name, n,
+                               args_batched, devices)
+    y0 = _initial_y_jit(flow, fargs, params0, args_batched)
+    return _finish_jit(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane)
+
+
+def run(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_steps: int, args_batched: bool,
+        devices: Sequence[jax.Device], keep: int, lane=None) -> Finished:
+    """Integrate ``flow`` for every lane of ``params0`` (a pytree whose leaves share a leading
+    lane axis ``B``) from ``t = 0`` to ``t1_exact``, saving at the log times ``taus``.
+
+    **Arguments:** ``fargs`` the flow's arguments (a leading lane axis on its array leaves if
+    ``args_batched``); ``taus`` log save times ending at ``log1p(t1)``; ``rtol``, ``atol`` the
+    controller's tolerances; ``name`` a resolved solver name (:func:`gradflow._engine.solve.resolve_solver`);
+    ``max_steps`` the step budget of each lane, all phases together; ``devices`` to shard lanes
+    over; ``keep`` the number of save points returned; ``lane``: return only this lane.
+
+    Solves are traced as in :func:`gradflow._engine._eqx_compat.cacheable`."""
+    with _eqx_compat.cacheable():
+        return _run_rounds(flow, fargs, params0, taus, t1_exact, rtol, atol, name, max_steps, args_batched, devices,
+                           keep, lane)
+
+
+def check_devices(devices) -> list:
+    """``devices`` as a list (default: all of ``jax.devices()``).
+
+    **Raises:** :class:`gradflow.GradflowValueError` unless a non-empty list of distinct devices or ``None``."""
+    if devices is None:
+        return jax.devices()
+    devices = list(devices) if isinstance(devices, (list, tuple)) else None
+    if not devices or not all(isinstance(d, jax.Device) for d in devices) or len(set(devices)) != len(devices):
+        raise bad_arg("devices", devices, "a non-empty list of distinct jax devices (e.g. jax.devices()[:2]) or None")
+    return devices

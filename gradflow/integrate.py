@@ -1,0 +1,429 @@
+"""``integrate`` / ``integrate_batch``: the gradient flow ``dθ/dt = −∇L(θ)`` of any JAX loss over
+any pytree of float arrays, on the engine (:mod:`gradflow._engine`).
+
+Every user function (``loss``, ``field``, ``observe`` and ``quadratures`` entries) is called as
+``f(params)`` when ``args is None`` and as ``f(params, args)`` otherwise. Everything is checked on
+the host before the solve is traced (``jax.eval_shape`` of each function, then one compiled
+evaluation of the loss and its gradient at ``params0``), so a bad argument raises a
+:class:`gradflow.GradflowValueError` naming it, never a tracing error from inside the solver.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._engine import batch as _batch
+from ._engine.solve import Flow, check_settings
+from ._errors import bad_arg, describe
+from ._validate import check_positive, working_dtype
+from .trajectory import Solution
+
+__all__ = ["integrate", "integrate_batch", "check_params", "UserFunctions"]
+
+
+# --------------------------------------------------------------------------- user functions
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    """A user function called as ``fn(params)`` or ``fn(params, args)`` (hashable: equal for the
+    same function, so a new call with the same functions reuses the compiled solve)."""
+
+    fn: Callable
+    with_args: bool
+
+    def __call__(self, params, args):
+        return self.fn(params, args) if self.with_args else self.fn(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NegGrad:
+    """``−∇L(params)`` (the gradient-flow field)."""
+
+    loss: _Call
+
+    def __call__(self, params, args):
+        return jax.tree.map(jnp.negative, jax.grad(self.loss)(params, args))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Dict:
+    """``{name: fn(params, args)}`` for named user functions (quadrature integrands)."""
+
+    items: tuple
+
+    def __call__(self, params, args):
+        return {name: fn(params, args) for name, fn in self.items}
+
+
+def _norm(tree):
+    return jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(tree)))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Observe:
+    """What is saved at the save points: the loss, the speed ``‖field‖`` and the user's observables."""
+
+    loss: _Call
+    field: Callable
+    items: tuple
+
+    def __call__(self, params, args):
+        return dict(loss=self.loss(params, args), grad_norm=_norm(self.field(params, args)),
+                    observed={name: fn(params, args) for name, fn in self.items})
+
+
+@dataclasses.dataclass(frozen=True)
+class UserFunctions:
+    """The checked user functions of one call: ``loss``, the ``field`` (``−∇L`` unless given),
+    quadrature integrands and observables, each a hashable wrapper taking ``(params, args)``."""
+
+    loss: _Call
+    field: Callable
+    quadratures: tuple
+    observe: tuple
+
+    def flow(self, steady: bool) -> Flow:
+        return Flow(field=self.field, rates=_Dict(self.quadratures) if self.quadratures else None,
+                    observe=_Observe(self.loss, self.field, self.observe), steady=steady)
+
+
+# --------------------------------------------------------------------------- checks
+def check_params(name: str, params0, batch: bool):
+    """``params0`` as a pytree of float NumPy arrays in the working dtype (float64).
+
+    Accepted: a non-empty pytree (dict, list, tuple, equinox Module, …) whose leaves are real
+    floating arrays or Python floats, non-empty and finite; with ``batch``, every leaf has a
+    leading axis of one common size ``B ≥ 1``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` naming the leaf (e.g. ``params0['W']``)."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(params0)
+    if not leaves:
+        raise bad_arg(name, params0, "a non-empty pytree of float arrays (e.g. {'W': W, 'b': b})")
+    dtype = np.dtype(jax.dtypes.canonicalize_dtype(working_dtype()))
+    out, sizes = [], set()
+    for path, leaf in leaves:
+        where = name + jax.tree_util.keystr(path)
+        if isinstance(leaf, jax.core.Tracer):
+            raise bad_arg(where, leaf, "a concrete array (integrate runs on the host: do not call it inside jax.jit)")
+        if isinstance(leaf, (str, bytes)) or (isinstance(leaf, (bool, int, np.integer, np.bool_))):
+            raise bad_arg(where, leaf, "a float array or Python float (pass float values, e.g. 1.0 not 1)")
+        try:
+            arr = np.asarray(leaf)
+        except Exception:
+            raise bad_arg(where, leaf, "a float array") from None
+        if np.iscomplexobj(arr):
+            raise bad_arg(where, leaf, "a real float array (complex parameters are not supported)")
+        if not np.issubdtype(arr.dtype, np.floating):
+            raise bad_arg(where, leaf, f"a float array (got dtype {arr.dtype}; cast it, e.g. jnp.asarray(x, float))")
+        if arr.size == 0:
+            raise bad_arg(where, leaf, "a non-empty array")
+        if not np.all(np.isfinite(arr)):
+            raise bad_arg(where, leaf, "finite values (no NaN or inf)")
+        cast = np.asarray(arr, dtype=dtype)
+        if not np.all(np.isfinite(cast)):
+            raise bad_arg(where, leaf, f"values representable in {dtype} (JAX's float64 mode is off)")
+        if batch:
+            if cast.ndim < 1:
+                raise bad_arg(f"{where}.shape", cast.shape, "a leading batch axis B on every leaf")
+            sizes.add(cast.shape[0])
+        out.append(cast)
+    if batch and len(sizes) != 1:
+        raise bad_arg(f"{name} batch sizes", sorted(sizes), "one common leading batch size B on every leaf")
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0][:200] if text else ''}"
+
+
+def _named(name: str, fns, args) -> tuple:
+    """``{name: fn}`` as a sorted tuple of ``(name, _Call)``; checks the mapping and callables."""
+    if fns is None:
+        return ()
+    if not isinstance(fns, Mapping):
+        raise bad_arg(name, fns, "a dict {name: function(params)} (or None)")
+    items = []
+    for key, fn in fns.items():
+        if not isinstance(key, str) or not key:
+            raise bad_arg(name, key, "non-empty str names as keys")
+        if not callable(fn):
+            raise bad_arg(f"{name}[{key!r}]", fn, "a function of params" + (" and args" if args is not None else ""))
+        items.append((key, _Call(fn, args is not None)))
+    return tuple(sorted(items, key=lambda kv: kv[0]))
+
+
+def _shape_of(name: str, what: str, fn, params, args):
+    """``eqx.filter_eval_shape(fn, params, args)``, a failure reported as a bad ``name``."""
+    try:
+        return eqx.filter_eval_shape(fn, params, args)
+    except Exception as err:  # any error of the user's function while traced
+        raise bad_arg(name, getattr(fn, "fn", fn), f"{what} ({_first_line(err)})") from err
+
+
+def _is_real_array(s, floating: bool) -> bool:
+    if not isinstance(s, jax.ShapeDtypeStruct):
+        return False
+    kind = np.dtype(s.dtype).kind
+    return kind == "f" if floating else kind in "fiub"
+
+
+def _probe(user: UserFunctions, params, args, explicit_field: bool) -> None:
+    """Trace every user function once on one lane (``jax.eval_shape``) and check what it returns."""
+    sig = "params" + (" and args" if user.loss.with_args else "")
+    out = _shape_of("loss", f"a JAX-traceable function of {sig}", user.loss, params, args)
+    if not (_is_real_array(out, True) and out.shape == ()):
+        raise bad_arg("loss", f"a function returning {_describe_shape(out)}", "a function returning a real float scalar (shape ())")
+    _shape_of("loss", "a differentiable function (jax.grad of it failed)", _NegGrad(user.loss), params, args)
+    if explicit_field:
+        f = _shape_of("field", f"a JAX-traceable function of {sig}", user.field, params, args)
+        want = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), np.asarray(x).dtype), params)
+        same = jax.tree.structure(f) == jax.tree.structure(want) and all(
+            _is_real_array(a, True) and a.shape == b.shape for a, b in zip(jax.tree.leaves(f), jax.tree.leaves(want)))
+        if not same:
+            raise bad_arg("field", f"a function returning {_describe_shape(f)}",
+                          "a function returning d params/dt: a pytree of float arrays shaped like params0")
+    for key, fn in user.quadratures:
+        q = _shape_of(f"quadratures[{key!r}]", f"a JAX-traceable function of {sig}", fn, params, args)
+        if not (_is_real_array(q, True) and q.shape == ()):
+            raise bad_arg(f"quadratures[{key!r}]", f"a function returning {_describe_shape(q)}",
+                          "a function returning a real float scalar (the integrand g(params))")
+    for key, fn in user.observe:
+        o = _shape_of(f"observe[{key!r}]", f"a JAX-traceable function of {sig}", fn, params, args)
+        if not _is_real_array(o, False):
+            raise bad_arg(f"observe[{key!r}]", f"a function returning {_describe_shape(o)}",
+                          "a function returning one real numeric array (any shape)")
+
+
+def _describe_shape(tree) -> str:
+    if isinstance(tree, jax.ShapeDtypeStruct):
+        return f"shape {tuple(tree.shape)}, dtype {np.dtype(tree.dtype).name}"
+    return describe(jax.tree.map(lambda s: f"{tuple(s.shape)} {np.dtype(s.dtype).name}"
+                                 if isinstance(s, jax.ShapeDtypeStruct) else s, tree))
+
+
+def _key(user, params, args, explicit_field):
+    """A hashable key of what :func:`_probe` depends on (``None``: do not cache)."""
+    try:
+        spec = lambda tree: (jax.tree.structure(tree), tuple(
+            (np.shape(x), np.asarray(x).dtype.str) if eqx.is_array_like(x) else x for x in jax.tree.leaves(tree)))
+        key = (user, spec(params), spec(args), explicit_field)
+        hash(key)
+        return key
+    except Exception:
+        return None
+
+
+@eqx.filter_jit
+def _at_start(loss, field, params0, args, batched_params, args_batched):
+    """The loss and whether the field is finite at ``params0`` (per lane for a batch)."""
+    one = lambda p, a: (loss(p, a), jax.tree.reduce(
+        jnp.logical_and, jax.tree.map(lambda x: jnp.all(jnp.isfinite(x)), field(p, a))))
+    if not batched_params:
+        return one(params0, args)
+    return eqx.filter_vmap(one, in_axes=(0, 0 if args_batched else None))(params0, args)
+
+
+def _check_start(user, params0, args, batch, args_batched, explicit_field):
+    """Raise if the loss or its field is non-finite at ``params0`` (one compiled evaluation)."""
+    value, finite = _at_start(user.loss, user.field, params0, args, batch, args_batched)
+    value, finite = np.atleast_1d(np.asarray(value)), np.atleast_1d(np.asarray(finite))
+    name = "params0s" if batch else "params0"
+    bad = np.flatnonzero(~np.isfinite(value))
+    if bad.size:
+        where = f" (lanes {bad.tolist()[:8]})" if batch else ""
+        raise bad_arg("loss", f"a loss of {value[bad[0]]} at {name}{where}", f"a loss that is finite at {name}")
+    bad = np.flatnonzero(~finite)
+    if bad.size:
+        where = f" (lanes {bad.tolist()[:8]})" if batch else ""
+        what = "field" if explicit_field else "loss"
+        raise bad_arg(what, f"a non-finite {'field' if explicit_field else 'gradient'} at {name}{where}",
+                      f"a {'field' if explicit_field else 'loss whose gradient is'} finite at {name}")
+
+
+def prepare_user(loss, params0, args, field, observe, quadratures, batch: bool, args_batched: bool = False):
+    """Check the user's functions and initial parameters; returns ``(UserFunctions, params0)``."""
+    if not callable(loss):
+        raise bad_arg("loss", loss, "a function loss(params) (or loss(params, args)) returning a float scalar")
+    if field is not None and not callable(field):
+        raise bad_arg("field", field, "a function returning d params/dt (or None for −∇loss)")
+    params0 = check_params("params0s" if batch else "params0", params0, batch)
+    with_args = args is not None
+    lcall = _Call(loss, with_args)
+    user = UserFunctions(loss=lcall, field=_NegGrad(lcall) if field is None else _Call(field, with_args),
+                         quadratures=_named("quadratures", quadratures, args), observe=_named("observe", observe, args))
+    B = jax.tree.leaves(params0)[0].shape[0] if batch else None
+    if args_batched:
+        arrays = [x for x in jax.tree.leaves(args) if eqx.is_array_like(x) and not isinstance(x, (bool, int, float, complex))]
+        if not arrays or any(np.ndim(x) < 1 or np.shape(x)[0] != B for x in arrays):
+            raise bad_arg("args", args, f"with args_batched=True, a pytree whose array leaves have a leading axis B = {B}")
+        args = jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) or isinstance(x, np.ndarray) else x, args)
+    lane = (lambda t: jax.tree.map(lambda x: x[0], t)) if batch else (lambda t: t)
+    lane_args = jax.tree.map(lambda x: x[0] if eqx.is_array(x) else x, args) if args_batched else args
+    probe_args = (user, lane(params0), lane_args, field is not None)
+    key = _key(*probe_args)
+    if key is None:
+        _probe(*probe_args)
+    else:
+        _probe_cached_call(key, probe_args)
+    _check_start(user, params0, args, batch, args_batched, field is not None)
+    return user, params0, args
+
+
+_PROBED: dict = {}
+
+
+def _probe_cached_call(key, probe_args):
+    """:func:`_probe` once per key (functions, shapes, dtypes): repeated calls skip the tracing."""
+    if key in _PROBED:
+        return
+    _probe(*probe_args)
+    if len(_PROBED) > 256:
+        _PROBED.clear()
+    _PROBED[key] = True
+
+
+def _meta(solver, rtol, atol, t1, max_steps, steady):
+    return {"method": "flow", "solver": solver, "rtol": rtol, "atol": atol, "t1": t1, "max_steps": max_steps,
+            "steady": steady, "time": "log1p"}
+
+
+def _solution(out, ts, meta, batch_shape=()) -> Solution:
+    obs = out.observed
+    t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
+    return Solution(t=t, params=out.params, loss=obs["loss"], grad_norm=obs["grad_norm"], observed=obs["observed"],
+                    quadratures=out.quadratures, valid=out.valid, num_steps=out.num_steps,
+                    status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
+                    meta=tuple(sorted(meta.items())))
+
+
+def _atol(rtol, atol):
+    rtol = check_positive("rtol", rtol, upper=1.0)
+    return rtol, (rtol / 100 if atol is None else atol)
+
+
+def integrate(
+    loss: Callable,
+    params0: Any,
+    *,
+    t1: float,
+    ts=None,
+    args: Any = None,
+    rtol: float = 1e-8,
+    atol: float | None = None,
+    solver: str = "auto",
+    max_steps: int = 16384,
+    observe: Mapping[str, Callable] | None = None,
+    quadratures: Mapping[str, Callable] | None = None,
+    steady: bool = True,
+    field: Callable | None = None,
+) -> Solution:
+    """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of any JAX loss from ``θ(0) = params0`` to flow time ``t1``.
+
+    The flow is integrated in float64 in the log time ``τ = log(1 + t)`` with an adaptive
+    diffrax solver (as :func:`gradflow.simulate`, which runs on the same engine), so long
+    horizons (``t1 = 1e12``, ``1e30``) are cheap when the late flow is slow in ``t``.
+
+    **Arguments:**
+
+    - ``loss``: a JAX-traceable function ``loss(params)`` (or ``loss(params, args)`` when
+      ``args`` is given) returning a real float scalar; differentiated with ``jax.grad``.
+      For softmax-type models, ``gradflow.softmax``-style centred derivatives keep digits at
+      large logit gaps where ``jax.nn.softmax`` loses them (pass the exact form as ``field``).
+    - ``params0``: any pytree (dict, tuple, equinox Module, …) of real float arrays or Python
+      floats: finite, non-empty; cast to float64.
+    - ``t1``: final flow time, ``0 < t1 < ∞``.
+    - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default ``0`` and 400
+      log-spaced points from ``1e-3`` to ``t1``.
+    - ``args``: any pytree passed to every user function (not differentiated); ``None``: the
+      functions take ``params`` only.
+    - ``rtol``, ``atol``: tolerances of the PID step-size controller on the state in log time
+      (default ``1e-8`` and ``rtol/100``).
+    - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``: Dopri8, and for a
+      ``steady`` flow the implicit Kvaerno5 after an explicit budget of 4096 steps).
+    - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
+    - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
+      saved at ``ts`` into ``sol.observed[name]``.
+    - ``quadratures``: ``{name: g}``, each ``g(params)`` returning a float scalar; ``∫₀ᵗ g dt``
+      is integrated as ODE state (same tolerances) into ``sol.quadratures[name]``.
+    - ``steady``: ``True`` (default) if the loss has a finite minimiser the flow can reach: the
+      solve then stops once the flow is at rest within tolerance (``sol.t_steady``; later save
+      points hold that state) and ``auto`` prepares for its stiff late phase. It never fires
+      while the flow moves in log time (e.g. a logistic loss whose margin grows like ``log t``),
+      but it does at any point where the field is that small, e.g. a saddle the flow starts at.
+      ``False``: integrate to ``t1`` whatever happens (Dopri8 under ``auto``).
+    - ``field``: optional ``field(params)`` returning ``dθ/dt`` (a pytree like ``params``) used
+      instead of ``−∇loss``, e.g. an exactly rewritten gradient; ``loss`` is then only observed.
+
+    **Returns:** a :class:`gradflow.Solution` (``t``, ``params`` with a leading time axis, ``loss``,
+    ``grad_norm``, ``observed``, ``quadratures``, ``valid``, ``status``, ``t_end``, ``t_steady``,
+    ``num_steps``). Solver failures do not raise: see ``sol.status``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a function, fails to
+    trace, is not a real float scalar, cannot be differentiated or is non-finite (or has a
+    non-finite gradient) at ``params0``; an empty ``params0`` or one with non-float, complex or
+    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps`` or ``solver``;
+    ``observe``/``quadratures`` that are not dicts of functions, fail to trace or return the
+    wrong kind of value.
+
+    >>> import gradflow, jax.numpy as jnp
+    >>> loss = lambda p: 0.5 * (2.0 - p["w2"] * p["w1"]) ** 2      # two-layer scalar linear net
+    >>> sol = gradflow.integrate(loss, {"w1": 0.1, "w2": 0.1}, t1=1e6)
+    >>> sol.status, round(float(sol.params["w1"][-1] ** 2), 6)      # w² → y
+    ('ok', 2.0)
+    """
+    rtol, atol = _atol(rtol, atol)
+    user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver, bool(steady))
+    lanes = jax.tree.map(lambda x: x[None], params0)
+    out = _batch.run(user.flow(bool(steady)), args, lanes, taus, t1, rtol, atol, name, max_steps, False,
+                     jax.devices()[:1], keep=len(ts), lane=0)
+    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, bool(steady)))
+
+
+def integrate_batch(
+    loss: Callable,
+    params0s: Any,
+    *,
+    t1: float,
+    ts=None,
+    args: Any = None,
+    args_batched: bool = False,
+    rtol: float = 1e-8,
+    atol: float | None = None,
+    solver: str = "auto",
+    max_steps: int = 16384,
+    observe: Mapping[str, Callable] | None = None,
+    quadratures: Mapping[str, Callable] | None = None,
+    steady: bool = True,
+    field: Callable | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> Solution:
+    """:func:`integrate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
+
+    Every leaf of ``params0s`` carries a leading batch axis ``B``. ``args`` is shared by all
+    lanes, or, with ``args_batched=True``, has a leading axis ``B`` on every array leaf (one
+    data set or teacher per lane). Every array of the returned :class:`gradflow.Solution` gains
+    a leading axis ``B``; ``status`` is per lane. Lanes are solved in rounds (lanes still
+    running after a round continue alone) and sharded over ``devices`` (default all of
+    ``jax.devices()``), as in :func:`gradflow.simulate_batch`; results do not depend on the
+    number of devices. Shapes and static settings are compiled once per process.
+
+    **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``
+    without the batch axis, or a bad ``devices``.
+    """
+    rtol, atol = _atol(rtol, atol)
+    user, params0s, args = prepare_user(loss, params0s, args, field, observe, quadratures, batch=True,
+                                        args_batched=bool(args_batched))
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver, bool(steady))
+    devices = _batch.check_devices(devices)
+    B = jax.tree.leaves(params0s)[0].shape[0]
+    out = _batch.run(user.flow(bool(steady)), args, params0s, taus, t1, rtol, atol, name, max_steps,
+                     bool(args_batched), devices, keep=len(ts))
+    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, bool(steady)), batch_shape=(B,))

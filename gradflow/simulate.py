@@ -1,0 +1,195 @@
+"""``simulate`` / ``simulate_batch``: the value-softmax family's front ends on the engine.
+
+The flow of ``L(V, a) = ℓ(β(V, a))`` (paper Eqs. 2–4) is integrated by :mod:`gradflow._engine`
+with the parameters ``(V, a)``, the exact field :func:`gradflow.gradient_field` (the centred
+softmax derivative), the polarisation coefficient ``Γ = ∫ γ dt`` (paper Thm. 3.3) as a quadrature
+and :func:`gradflow.trajectory.compute_metrics` as the observables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import ArrayLike, Float
+
+from ._engine import batch as _batch
+from ._engine.solve import SOLVERS, Flow, check_settings, default_ts  # noqa: F401  (re-exported names)
+from ._errors import bad_arg
+from .flow import gradient_field
+from .losses import AbstractLoss
+from .models import AbstractModel, prepare
+from .trajectory import Trajectory, compute_metrics
+
+__all__ = ["simulate", "simulate_batch", "value_softmax_flow"]
+
+
+def _field(params, args):
+    """``(dV/dt, da/dt)`` of the value-softmax family (``args = (model, loss)``)."""
+    model, loss = args
+    return gradient_field(model, loss, *params)
+
+
+def _rates(params, args):
+    """The polarisation rate ``γ`` whose integral is ``Γ``."""
+    model, loss = args
+    return {"Gamma": model.gamma(loss, *params)}
+
+
+def _metrics(params, args):
+    model, loss = args
+    return compute_metrics(model, loss, *params)
+
+
+def value_softmax_flow(loss: AbstractLoss) -> Flow:
+    """The engine's :class:`gradflow._engine.solve.Flow` of the value-softmax family for ``loss``
+    (parameters ``(V, a)``, arguments ``(model, loss)``): it comes to rest only if
+    ``loss.has_finite_minimiser``."""
+    return Flow(field=_field, rates=_rates, observe=_metrics, steady=bool(loss.has_finite_minimiser),
+                steady_on_quadratures=True)
+
+
+def _trajectory(out, ts: np.ndarray, meta: dict, batch_shape=()) -> Trajectory:
+    """Wrap the engine's result (already cut to ``len(ts)`` save points)."""
+    t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
+    (V, a), Gamma = out.params, out.quadratures["Gamma"]
+    return Trajectory(t=t, V=V, a=a, Gamma=Gamma, valid=out.valid, num_steps=out.num_steps,
+                      status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
+                      meta=tuple(sorted(meta.items())), **out.observed)
+
+
+def _meta(model, loss, solver, rtol, atol, t1, max_steps):
+    return {
+        "method": "flow",
+        "model": model.name,
+        "normalization": model.normalization,
+        "temperature": float(model.temperature),
+        "loss": type(loss).__name__,
+        "solver": solver,
+        "rtol": rtol,
+        "atol": atol,
+        "t1": t1,
+        "max_steps": max_steps,
+        "time": "log1p",
+    }
+
+
+def simulate(
+    loss: AbstractLoss,
+    V0: Float[ArrayLike, "d n"],
+    a0: Float[ArrayLike, "..."],
+    *,
+    t1: float,
+    ts: Float[ArrayLike, " T"] | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    normalization: str = "softmax",
+    temperature: float = 1.0,
+    solver: str = "auto",
+    model: str | AbstractModel = "value-softmax",
+    max_steps: int = 16384,
+) -> Trajectory:
+    """Integrate the gradient flow of ``L(V, a) = ℓ(β(V, a))`` from ``(V0, a0)`` to flow time ``t1``.
+
+    The flow (paper Eqs. 2–4) is integrated in float64 in the log time
+    ``τ = log(1 + t)`` with an adaptive diffrax solver, together with the polarisation
+    coefficient ``Γ(t) = ∫₀ᵗ γ dt`` as a quadrature state (the polarisation coefficient of paper Thm. 3.3).
+
+    **Arguments:**
+
+    - ``loss``: a :class:`LogisticTeacher`, :class:`SquareLoss` or :class:`SoftTargetCrossEntropy`.
+    - ``V0``: initial value block, shape ``(d, n)`` (``(D, D)`` for ``model="tied"``,
+      ``(d, T)`` for ``"rowwise"``). Cast to float64.
+    - ``a0``: initial logits, shape ``(n,)`` (``(T, T)`` for ``"rowwise"``).
+    - ``t1``: final flow time, ``0 < t1 < ∞`` (``1e30`` is fine).
+    - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default
+      :func:`default_ts` (``0`` and 400 log-spaced points from ``1e-3`` to ``t1``).
+    - ``rtol``, ``atol``: tolerances of the PID step-size controller (default ``1e-8``, ``1e-10``),
+      on the state ``(V, a, Γ)`` in log time. Passed as arrays: changing them does not recompile.
+    - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.maps.MAPS`).
+    - ``solver``: one of :data:`SOLVERS` (default ``"auto"``).
+    - ``model``: ``"value-softmax"`` (default), ``"tied"``, ``"rowwise"`` or a model instance.
+    - ``max_steps``: solver step budget, all phases together (default 16384); reaching it
+      gives status ``max_steps``.
+
+    **Returns:** a :class:`Trajectory` with ``t = ts``. Solver failures do not raise: see
+    ``traj.status`` / ``traj.t_end``; points after a failure have ``valid = False``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for non-finite or mis-shaped arrays, a
+    non-positive or non-finite ``t1``/``rtol``/``atol``, bad ``ts``, unknown names.
+
+    >>> import gradflow, numpy as np
+    >>> rng = np.random.RandomState(0)
+    >>> loss = gradflow.LogisticTeacher(rng.randn(4))
+    >>> traj = gradflow.simulate(loss, 0.1 * rng.randn(4, 4), np.zeros(4), t1=1e6)
+    >>> traj.status, bool(traj.s[-1].max() > 0.5)
+    ('ok', True)
+    """
+    mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver,
+                                                               bool(loss.has_finite_minimiser))
+    out = _batch.run(value_softmax_flow(loss), (mdl, loss), (V0[None], a0[None]), taus, t1, rtol, atol, name,
+                     max_steps, False, jax.devices()[:1], keep=len(ts), lane=0)
+    return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
+
+
+def simulate_batch(
+    loss: AbstractLoss | Sequence[AbstractLoss],
+    V0s: Float[ArrayLike, "B d n"],
+    a0s: Float[ArrayLike, "B ..."],
+    *,
+    t1: float,
+    ts: Float[ArrayLike, " T"] | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    normalization: str = "softmax",
+    temperature: float = 1.0,
+    solver: str = "auto",
+    model: str | AbstractModel = "value-softmax",
+    max_steps: int = 16384,
+    devices: Sequence[jax.Device] | None = None,
+) -> Trajectory:
+    """:func:`simulate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
+
+    ``V0s`` has shape ``(B, d, n)`` and ``a0s`` ``(B, n)``. ``loss`` is one loss shared by all
+    lanes, or a sequence of ``B`` losses of the same type and shapes (one teacher per seed).
+    Every array of the returned :class:`Trajectory` gains a leading axis ``B``; ``status``
+    is per lane (a stiff or failing lane does not raise).
+
+    Lanes are sharded over ``devices`` (default: all of ``jax.devices()``, e.g. every GPU of
+    a host, or every host's devices after ``jax.distributed.initialize()``) with
+    ``jax.sharding``; results do not depend on the number of devices. Solves run in rounds of
+    :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
+    so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)
+    and solver settings other than the tolerances are compiled once per process: ``t1``,
+    ``ts`` values, ``rtol``, ``atol`` and the initial states can change without recompiling.
+
+    **Raises:** as :func:`simulate`, plus a mismatch of batch sizes or an empty ``devices``.
+    """
+    loss_batched = isinstance(loss, (list, tuple))
+    if loss_batched:
+        if len(loss) == 0 or not all(isinstance(x, type(loss[0])) for x in loss):
+            raise bad_arg("loss", loss, "one loss or a non-empty sequence of losses of one type")
+        first = loss[0]
+    else:
+        first = loss
+    mdl, V0s, a0s = prepare(first, V0s, a0s, model, normalization, temperature, batch=True)
+    if loss_batched:
+        if len(loss) != V0s.shape[0]:
+            raise bad_arg("loss", f"{len(loss)} losses", f"one loss per lane (B = {V0s.shape[0]})")
+        shapes = {tuple((leaf.shape if hasattr(leaf, "shape") else leaf) for leaf in jax.tree.leaves(x)) for x in loss}
+        if len(shapes) != 1 or len({jax.tree.structure(x) for x in loss}) != 1:
+            raise bad_arg("loss", f"{len(loss)} losses of differing shapes", "losses of one type with equal array shapes")
+        stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *loss)
+        B = V0s.shape[0]  # the model's arrays (its temperature) are given the lane axis too
+        fargs = (jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), mdl), stacked)
+    else:
+        fargs = (mdl, loss)
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver,
+                                                               bool(first.has_finite_minimiser))
+    devices = _batch.check_devices(devices)
+    out = _batch.run(value_softmax_flow(first), fargs, (V0s, a0s), taus, t1, rtol, atol, name, max_steps,
+                     loss_batched, devices, keep=len(ts))
+    return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))
