@@ -7,7 +7,8 @@ Also the numbers of the max-margin closing note: ``1 − cos(p(t), p_mm)`` at ``
 1e30``, the fitted rate ``k`` of ``1 − cos ∝ (log t)^{−k}``, and the solver steps to ``1e30``.
 Problem: draw 0 of :func:`theory.maxmargin.mm_draws` (``n = 3, T = 4, d = 10``), ``p(0) = 0``.
 
-Run: ``python -m benchmarks.maxmargin [--quick]`` (prints a Markdown table and the JSON).
+Run: ``python -m benchmarks.maxmargin [--quick] [--out PATH]`` (prints the Markdown table and the
+JSON; ``--out`` also writes the Markdown, atomically; ``benchmarks/MAXMARGIN.md`` holds a run).
 Times are medians over ``repeats`` warm calls (gradflow compiled once beforehand; the SciPy field
 jitted and warmed).
 """
@@ -132,9 +133,15 @@ def markdown(res: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.maxmargin")
     ap.add_argument("--quick", action="store_true", help="smoke run (fewer tolerances, one repeat)")
+    ap.add_argument("--out", help="also write the Markdown report here")
     args = ap.parse_args(argv)
     res = run(args.quick)
-    print(markdown(res))
+    text = markdown(res)
+    if args.out:
+        from gradflow.trajectory import atomic_write
+
+        atomic_write(args.out, lambda f: f.write((text + "\n").encode()))
+    print(text)
     print(json.dumps(res))
     return 0
 
