@@ -315,40 +315,47 @@ class SVMSolution(eqx.Module):
 
 
 def _min_norm(A: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """``argmin ½‖w‖² s.t. A w ≥ 1`` with Clarabel (interior point), then polished on its active
-    set (``A_S A_Sᵀ λ_S = 1``, ``w = A_Sᵀ λ_S``) when the polish is feasible and dual feasible."""
+    """``argmin ½‖w‖² s.t. A w ≥ 1`` with Clarabel (interior point), polished on its active set
+    (``A_S A_Sᵀ λ_S = 1``, ``w = A_Sᵀ λ_S``) and accepted only if the KKT conditions hold to
+    ``1e-9`` (primal and dual feasibility, complementary slackness, stationarity ``w = Aᵀλ``)."""
     import clarabel
     import scipy.sparse as sp
 
     m, D = A.shape
-    P = sp.identity(D, format="csc")
-    q = np.zeros(D)
     settings = clarabel.DefaultSettings()
     settings.verbose = False
-    settings.tol_gap_abs = settings.tol_gap_rel = 1e-12
-    settings.tol_feas = 1e-12
-    settings.tol_ktratio = 1e-10
-    solver = clarabel.DefaultSolver(P, q, sp.csc_matrix(-A), -np.ones(m), [clarabel.NonnegativeConeT(m)], settings)
+    settings.tol_gap_abs = settings.tol_gap_rel = 1e-10
+    settings.tol_feas = 1e-10
+    solver = clarabel.DefaultSolver(sp.identity(D, format="csc"), np.zeros(D), sp.csc_matrix(-A), -np.ones(m),
+                                    [clarabel.NonnegativeConeT(m)], settings)
     sol = solver.solve()
     status = str(sol.status)
     if "Infeasible" in status:
         raise bad_arg(name, f"{m} margin constraints in {D} dimensions",
                       "a separable token selection: no w satisfies (x_opt − x_t)ᵀ w ≥ 1 for all t ≠ opt")
-    if "Solved" not in status:
-        raise RuntimeError(f"att-SVM: Clarabel ended with status {status}")
-    w, lam = np.asarray(sol.x), np.maximum(np.asarray(sol.z), 0.0)
-    slack = A @ w - 1
-    active = lam > 1e-7 * max(lam.max(), 1e-300)
-    if active.any():
+    w, lam = np.asarray(sol.x, float), np.maximum(np.asarray(sol.z, float), 0.0)
+    scale = max(float(np.abs(A).max()), 1.0)
+    for rel in (1e-6, 1e-4, 1e-8):  # active-set thresholds on λ; the first whose polish passes KKT wins
+        active = lam > rel * max(lam.max(), 1e-300)
+        if not active.any():
+            continue
         AS = A[active]
         lam_s = np.linalg.lstsq(AS @ AS.T, np.ones(int(active.sum())), rcond=None)[0]
         w_p = AS.T @ lam_s
-        if lam_s.min() >= 0 and (A @ w_p - 1).min() >= -1e-12 and np.linalg.norm(AS @ w_p - 1) < 1e-10:
-            w = w_p
-            lam = np.zeros(m)
-            lam[active] = lam_s
-    del slack
-    return w, lam
+        lam_p = np.zeros(m)
+        lam_p[active] = lam_s
+        if _kkt_ok(A, w_p, lam_p, scale):
+            return w_p, lam_p
+    if _kkt_ok(A, w, lam, scale, tol=1e-7):
+        return w, lam
+    raise RuntimeError(f"att-SVM: Clarabel ended with status {status} and no KKT point was found")
+
+
+def _kkt_ok(A, w, lam, scale, tol=1e-9) -> bool:
+    slack = A @ w - 1
+    nw = max(float(np.linalg.norm(w)), 1e-300)
+    return bool(lam.min() >= 0 and slack.min() >= -tol and np.max(np.abs(lam * slack)) <= tol * max(1.0, lam.max())
+                and np.linalg.norm(w - A.T @ lam) <= tol * nw * scale)
 
 
 def _selection_rows(X, opt, kind, Z=None):
