@@ -97,7 +97,7 @@ class UserFunctions:
 def check_params(name: str, params0, batch: bool):
     """``params0`` as a pytree of float NumPy arrays in the working dtype (float64).
 
-    Accepted: a non-empty pytree (dict, list, tuple, equinox Module, …) whose leaves are real
+    Accepted: a non-empty pytree (dict, list, tuple, equinox Module, …) whose leaves are all real
     floating arrays or Python floats, non-empty and finite; with ``batch``, every leaf has a
     leading axis of one common size ``B ≥ 1``.
 
@@ -342,8 +342,10 @@ def integrate(
       Autodiff of ``jax.nn.softmax`` loses digits once one weight is near 1 (its derivative
       ``s ⊙ (g − ⟨s, g⟩)`` cancels); an exact form can be passed as ``field`` (as
       :func:`gradflow.simulate` does with the centred softmax derivative).
-    - ``params0``: any pytree (dict, tuple, equinox Module, …) of real float arrays or Python
-      floats: finite, non-empty; cast to float64.
+    - ``params0``: any pytree (dict, list, tuple, an equinox Module whose leaves are arrays, …)
+      of real float arrays or Python floats: finite, non-empty; cast to float64. (For a Module
+      with non-array leaves, pass ``eqx.partition(model, eqx.is_inexact_array)[0]`` and the
+      static part through ``args``.)
     - ``t1``: final flow time, ``0 < t1 < ∞``.
     - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default ``0`` and 400
       log-spaced points from ``1e-3`` to ``t1``.
