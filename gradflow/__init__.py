@@ -18,6 +18,7 @@ from .integrate import integrate, integrate_batch  # noqa: E402
 from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, SquareLoss  # noqa: E402
 from .maps import MAPS, apply_map  # noqa: E402
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model  # noqa: E402
+from ._softmax import log_softmax, softmax  # noqa: E402
 from .simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
@@ -48,8 +49,10 @@ __all__ = [
     "gradient_field",
     "integrate",
     "integrate_batch",
+    "log_softmax",
     "maps",
     "simulate",
     "simulate_batch",
+    "softmax",
     "winners",
 ]

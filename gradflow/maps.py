@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from ._errors import bad_arg
+from ._softmax import softmax as _centred_softmax
 
 __all__ = [
     "MAPS",
@@ -48,8 +49,9 @@ def _normalise(num: Float[Array, "... n"]) -> Float[Array, "... n"]:
 
 
 def softmax(z: Float[Array, "... n"]) -> Float[Array, "... n"]:
-    """Softmax over the last axis (max subtracted)."""
-    return jax.nn.softmax(z, axis=-1)
+    """Softmax over the last axis (max subtracted); its derivatives are the centred ones of
+    :func:`gradflow.softmax` (exact when one weight rounds to 1)."""
+    return _centred_softmax(z, axis=-1)
 
 
 def softmax_vjp(s: Float[Array, "... n"], g: Float[Array, "... n"]) -> Float[Array, "... n"]:

@@ -42,6 +42,7 @@ FIGURE_MODULES: dict[str, str] = {
     "bound": "sims.bound",
     "gd-vs-flow": "sims.gd_vs_flow",
     "sinks-rowwise": "sims.sinks_rowwise",
+    "max-margin": "sims.max_margin",
     # paper figures (Figs. 3, 12 and the appendix's)
     "fig3": "sims.fig3",
     "fig12": "sims.fig12",

@@ -13,6 +13,7 @@ theorem's assumptions — plus a negative control where the statement must fail,
 
 from ._result import CheckResult, Verdict
 from .empirical import normalisation_verdict, sink_verdict
+from .maxmargin import att_svm, direction_verdict, regpath_verdict
 from .invariants import output_response, sum_a_conserved, v_perp_frozen
 from .ordering import order_preserved, repulsion
 from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
@@ -26,8 +27,10 @@ __all__ = [
     "DEFAULT_TRIALS",
     "Verdict",
     "asymptotic_fits",
+    "att_svm",
     "check_ids",
     "conditioning_trend",
+    "direction_verdict",
     "gamma_log_growth",
     "get_check",
     "loss_vanishes",
@@ -37,6 +40,7 @@ __all__ = [
     "partial_polarisation",
     "rank_one",
     "ratio_bound",
+    "regpath_verdict",
     "repulsion",
     "replicator_agrees",
     "run_check",

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from gradflow import GradflowValueError
 
-from . import empirical, invariants, ordering, polarisation, replicator, square
+from . import empirical, invariants, maxmargin, ordering, polarisation, replicator, square
 from ._result import CheckResult
 
 __all__ = ["CHECKS", "check_ids", "get_check", "run_check", "run_checks", "DEFAULT_TRIALS"]
@@ -30,6 +30,9 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "conditioning": square.run_conditioning,
     "normalisations": empirical.run_normalisations,
     "sinks": empirical.run_sinks,
+    "mm.direction": maxmargin.run_mm_direction,
+    "mm.regpath": maxmargin.run_mm_regpath,
+    "mm.value-softmax": maxmargin.run_mm_value_softmax,
 }
 """Check id → default-experiment runner, in report order."""
 

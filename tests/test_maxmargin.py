@@ -1,0 +1,213 @@
+"""Max-margin token selection: models against a NumPy re-implementation, data generator
+properties, the att-SVM against its KKT conditions, an independent formulation (Lawson–Hanson
+least-distance programming via SciPy's NNLS) and a hand-solved case, and the checks' verdicts on
+constructed trajectories (``theory.maxmargin``)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from scipy.optimize import nnls
+
+import gradflow
+from gradflow import maxmargin as mm
+from theory import maxmargin as tmm
+
+
+def _np_softmax(z):
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def _ldp(A):
+    """``argmin ‖w‖ s.t. A w ≥ 1`` by Lawson & Hanson's least-distance programming: NNLS on
+    ``E = [Aᵀ; 1ᵀ]``, ``f = e_last``; ``w = −r[:D]/r[D]`` with ``r = E u − f``."""
+    m, D = A.shape
+    E = np.vstack([A.T, np.ones((1, m))])
+    f = np.zeros(D + 1)
+    f[-1] = 1.0
+    u, _ = nnls(E, f, maxiter=50 * m)
+    r = E @ u - f
+    return -r[:D] / r[D]
+
+
+def _kkt(sol):
+    """Primal/dual feasibility, complementary slackness and stationarity residuals."""
+    w, A, lam = np.ravel(sol.w), sol.A, sol.dual
+    slack = A @ w - 1
+    return dict(primal=max(0.0, -slack.min()), dual=max(0.0, -lam.min()),
+                slackness=float(np.max(np.abs(lam * slack))),
+                stationarity=float(np.linalg.norm(w - A.T @ lam) / np.linalg.norm(w)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("shared", [True, False])
+def test_generator_states_the_optimal_token(seed, shared):
+    data = mm.token_selection_data(seed, n=4, T=5, d=16, shared_scores=shared)
+    g = np.asarray(mm.scores(data))
+    opt = np.asarray(data.opt)
+    np.testing.assert_array_equal(mm.optimal_tokens(data), opt)
+    np.testing.assert_allclose(g[np.arange(4), opt], 1.0, rtol=1e-13)
+    others = g[np.arange(5)[None, :] != opt[:, None]].reshape(4, 4)
+    if shared:
+        np.testing.assert_allclose(others, 0.5, rtol=1e-12)
+    else:
+        assert np.all(others <= 0.9 + 1e-12) and np.ptp(others, axis=1).min() > 0
+
+
+def test_models_match_numpy():
+    data = mm.token_selection_data(3, n=3, T=4, d=6)
+    rng = np.random.default_rng(0)
+    p, W, v2 = rng.normal(size=6), rng.normal(size=(6, 6)), rng.normal(size=6)
+    X, Y, v, Z = (np.asarray(a) for a in (data.X, data.Y, data.v, data.Z))
+    f_p = np.array([v @ X[i].T @ _np_softmax(X[i] @ p) for i in range(3)])
+    f_w = np.array([v @ X[i].T @ _np_softmax(X[i] @ W @ Z[i]) for i in range(3)])
+    f_pv = np.array([v2 @ X[i].T @ _np_softmax(X[i] @ p) for i in range(3)])
+    ell = lambda u: np.log1p(np.exp(-u))  # noqa: E731
+    assert float(mm.p_loss(jnp.asarray(p), data)) == pytest.approx(np.mean(ell(Y * f_p)), rel=1e-13)
+    assert float(mm.kq_loss(jnp.asarray(W), data)) == pytest.approx(np.mean(ell(Y * f_w)), rel=1e-13)
+    pv = {"p": jnp.asarray(p), "v": jnp.asarray(v2)}
+    assert float(mm.pv_loss(pv, data)) == pytest.approx(np.mean(ell(Y * f_pv)), rel=1e-13)
+    # the key-query model with W = p z^T / |z|^2 is p-attention for every sample sharing z
+    z = Z[0]
+    same_z = mm.TokenData(X, Y, v, data.opt, np.tile(z, (3, 1)))
+    assert float(mm.kq_loss(jnp.asarray(np.outer(p, z)), same_z)) == pytest.approx(float(mm.p_loss(jnp.asarray(p), data)), rel=1e-13)
+    check_grads(lambda q: mm.p_loss(q, data), (jnp.asarray(p),), order=2)
+
+
+def test_log_excess_loss_matches_direct_difference():
+    data = mm.token_selection_data(1)
+    L_star = float(np.mean(np.logaddexp(0.0, -np.ones(3))))
+    rng = np.random.default_rng(1)
+    for scale in (0.1, 1.0, 5.0):
+        p = jnp.asarray(scale * rng.normal(size=10))
+        direct = math.log(float(mm.p_loss(p, data)) - L_star)
+        assert float(mm.log_excess_loss(p, data)) == pytest.approx(direct, rel=1e-9)
+    # far beyond float resolution of L: still finite, and ≈ −min margin·‖p‖
+    svm = mm.att_svm(data.X, data.Y, data.v, data.opt)
+    val = float(mm.log_excess_loss(jnp.asarray(1e3 * svm.w), data))
+    assert math.isfinite(val) and val == pytest.approx(-1e3, rel=0.01)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("kind", ["p", "W"])
+def test_att_svm_kkt_and_independent_formulation(seed, kind):
+    data = mm.token_selection_data(seed, n=3, T=4, d=10 if kind == "p" else 4)
+    if kind == "p":
+        sol = mm.att_svm(data.X, data.Y, data.v, data.opt)
+        assert sol.w.shape == (10,)
+    else:
+        sol = mm.att_svm_kq(data.X, data.Y, data.v, data.opt, data.Z)
+        assert sol.w.shape == (4, 4)
+    kkt = _kkt(sol)
+    assert kkt["primal"] < 1e-10 and kkt["dual"] == 0.0
+    assert kkt["slackness"] < 1e-10 and kkt["stationarity"] < 1e-10
+    # constraint rows built independently from X, opt (and Z)
+    X, opt, Z = np.asarray(data.X), np.asarray(data.opt), np.asarray(data.Z)
+    rows = []
+    for i in range(3):
+        for t in range(4):
+            if t != opt[i]:
+                diff = X[i, opt[i]] - X[i, t]
+                rows.append(diff if kind == "p" else np.outer(diff, Z[i]).ravel())
+    np.testing.assert_allclose(sol.A, np.asarray(rows), rtol=0, atol=0)
+    np.testing.assert_allclose(np.ravel(sol.w), _ldp(np.asarray(rows)), rtol=1e-8, atol=1e-10)
+    assert sol.margin == pytest.approx(1 / np.linalg.norm(sol.w))
+
+
+def test_att_svm_hand_solved_cases():
+    # one sample, two tokens: p_mm = (x_opt − x_1)/‖x_opt − x_1‖²
+    X = np.array([[[2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]])
+    sol = mm.att_svm(X, np.ones(1), np.array([1.0, 0.0, 0.0]), np.array([0], np.int32))
+    diff = X[0, 0] - X[0, 1]
+    np.testing.assert_allclose(sol.w, diff / (diff @ diff), rtol=1e-12)
+    # X = I (the value-softmax logits): the centred one-hot e_w − 1/n
+    n = 5
+    sol = tmm.identity_svm(n, 2)
+    np.testing.assert_allclose(sol.w, np.eye(n)[2] - 1 / n, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(sol.dual, np.full(n - 1, 1 / n), rtol=1e-10)
+
+
+def test_value_svm():
+    data = mm.token_selection_data(2, labels="random")
+    sol = mm.value_svm(data.X, data.Y, data.opt)
+    rows = np.asarray(data.Y)[:, None] * np.asarray(data.X)[np.arange(3), np.asarray(data.opt)]
+    np.testing.assert_allclose(sol.w, _ldp(rows), rtol=1e-8, atol=1e-10)
+
+
+def test_infeasible_selection_raises():
+    # identical tokens cannot be separated
+    X = np.ones((1, 3, 2))
+    with pytest.raises(gradflow.GradflowValueError, match="separable"):
+        mm.att_svm(X, np.ones(1), np.array([1.0, 0.0]), np.array([0], np.int32))
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(n=0), "n: got 0"),
+        (dict(T=1), "T: got 1"),
+        (dict(d=2.5), "d: got 2.5"),
+        (dict(opt_score=0.5, other_score=0.5), "opt_score"),
+        (dict(noise=-1.0), "noise"),
+        (dict(labels="mixed"), "labels"),
+        (dict(other_score=float("nan")), "other_score"),
+    ],
+)
+def test_generator_bad_input(kwargs, match):
+    with pytest.raises(gradflow.GradflowValueError, match=match):
+        mm.token_selection_data(0, **kwargs)
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("X", np.ones((2, 3)), "X: got"),
+        ("Y", np.array([1.0, 0.0]), "Y: got"),
+        ("v", np.ones(5), "v: got"),
+        ("opt", np.array([0, 3]), "opt: got"),
+        ("opt", np.array([0.0, 1.0]), "opt: got"),
+        ("X", np.full((2, 3, 4), np.nan), "X: got"),
+    ],
+)
+def test_svm_bad_input(field, value, match):
+    args = dict(X=np.random.default_rng(0).normal(size=(2, 3, 4)), Y=np.ones(2), v=np.ones(4), opt=np.array([0, 1]))
+    args[field] = value
+    with pytest.raises(gradflow.GradflowValueError, match=match):
+        mm.att_svm(args["X"], args["Y"], args["v"], args["opt"])
+
+
+def test_optimal_tokens_rejects_ties():
+    data = mm.TokenData(np.ones((1, 2, 2)), np.ones(1), np.ones(2), np.array([0], np.int32))
+    with pytest.raises(gradflow.GradflowValueError, match="tied"):
+        mm.optimal_tokens(data)
+
+
+def _synthetic_path(ref, t, k=2.0, wrong=None):
+    """``p(t) = ‖ref‖ log t · (ref/‖ref‖ + q/log t)``: 1 − cos ∝ (log t)^{−2}, ‖p‖ slope = ‖ref‖."""
+    q = np.random.default_rng(0).normal(size=ref.shape)
+    q -= (q @ ref) / (ref @ ref) * ref
+    L = np.log(np.maximum(t, 2.0))[:, None]
+    return np.linalg.norm(ref) * L * (ref / np.linalg.norm(ref) + q[None] / L ** (k / 2))
+
+
+def test_direction_verdict_on_constructed_paths():
+    ref = np.array([1.0, 2.0, 0.5])
+    t = tmm.save_times()
+    P = _synthetic_path(ref, t)[None]
+    v = tmm.direction_verdict(t, P, ref[None])
+    assert v.holds and v.details["slope_ratio"][0] == pytest.approx(1.0, abs=1e-3)
+    assert v.details["rate_k"][0] == pytest.approx(2.0, abs=0.1)
+    # negative controls: a wrong reference; a path that stalls (direction error stops falling)
+    other = np.array([1.0, -2.0, 0.5])
+    assert not tmm.direction_verdict(t, P, other[None]).holds
+    stalled = P.copy()
+    stalled[0, t > 1e10] = P[0, np.searchsorted(t, 1e10)]
+    assert not tmm.direction_verdict(t, stalled, ref[None], slope_tol=None).holds
+    # a norm growing twice too fast fails (iv)
+    assert not tmm.direction_verdict(t, 2 * P, ref[None]).holds
