@@ -430,7 +430,7 @@ def report(res, cmd, quick, elapsed) -> str:
         L.append(f"| {r['axis']} | {r['value']:g} | {r['time_s']:.4f} | {r['steps']} |")
     if slow:
         L += ["", "## A batch must not wait on its slowest lane", "",
-              "Square loss with a design (d = 6, SPEC §6 conditioning draws), t1 = 1e5, auto solver (Dopri8 for "
+              "Square loss with a design (d = 6, the conditioning draws of paper Fig. 3), t1 = 1e5, auto solver (Dopri8 for "
               f"{_stiff.EXPLICIT_BUDGET} steps, then Kvaerno5). Under `vmap` a solve runs every lane until the slowest is done; "
               f"gradflow solves in rounds of {_batch.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
               "| case | time (s) | steps per lane | status |", "|---|---|---|---|"]

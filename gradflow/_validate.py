@@ -139,7 +139,7 @@ def check_times(t1, ts) -> tuple[float, np.ndarray | None]:
 FLOAT32_MAX_HORIZON = 2.0**23
 """Largest flow time (or GD iteration count) accepted when gradflow computes in float32: beyond
 ``2²³ ≈ 8.4e6`` float32 cannot resolve a unit step (``t + 1 == t`` for ``t ≥ 2²⁴``) and loses
-the iteration count (SPEC §9)."""
+the iteration count (float32 has a 24-bit significand)."""
 
 
 def check_time_resolution(name: str, horizon: float, dtype=None) -> None:

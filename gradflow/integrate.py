@@ -21,7 +21,7 @@ import numpy as np
 
 from ._engine import batch as _batch
 from ._engine.solve import Flow, check_settings
-from ._errors import bad_arg, describe
+from ._errors import GradflowValueError, bad_arg, describe
 from ._validate import check_positive, working_dtype
 from .trajectory import Solution
 
@@ -97,7 +97,7 @@ class UserFunctions:
 def check_params(name: str, params0, batch: bool):
     """``params0`` as a pytree of float NumPy arrays in the working dtype (float64).
 
-    Accepted: a non-empty pytree (dict, list, tuple, equinox Module, …) whose leaves are real
+    Accepted: a non-empty pytree (dict, list, tuple, equinox Module, …) whose leaves are all real
     floating arrays or Python floats, non-empty and finite; with ``batch``, every leaf has a
     leading axis of one common size ``B ≥ 1``.
 
@@ -136,6 +136,11 @@ def check_params(name: str, params0, batch: bool):
     if batch and len(sizes) != 1:
         raise bad_arg(f"{name} batch sizes", sorted(sizes), "one common leading batch size B on every leaf")
     return jax.tree_util.tree_unflatten(treedef, out)
+
+
+def _refuse(name: str, got: str, accepted: str) -> GradflowValueError:
+    """:func:`gradflow._errors.bad_arg` for a value described in words (``got`` not quoted)."""
+    return GradflowValueError(f"{name}: got {got}; expected {accepted}")
 
 
 def _first_line(err: Exception) -> str:
@@ -179,7 +184,7 @@ def _probe(user: UserFunctions, params, args, explicit_field: bool) -> None:
     sig = "params" + (" and args" if user.loss.with_args else "")
     out = _shape_of("loss", f"a JAX-traceable function of {sig}", user.loss, params, args)
     if not (_is_real_array(out, True) and out.shape == ()):
-        raise bad_arg("loss", f"a function returning {_describe_shape(out)}", "a function returning a real float scalar (shape ())")
+        raise _refuse("loss", f"a function returning {_describe_shape(out)}", "a function returning a real float scalar (shape ())")
     _shape_of("loss", "a differentiable function (jax.grad of it failed)", _NegGrad(user.loss), params, args)
     if explicit_field:
         f = _shape_of("field", f"a JAX-traceable function of {sig}", user.field, params, args)
@@ -187,17 +192,17 @@ def _probe(user: UserFunctions, params, args, explicit_field: bool) -> None:
         same = jax.tree.structure(f) == jax.tree.structure(want) and all(
             _is_real_array(a, True) and a.shape == b.shape for a, b in zip(jax.tree.leaves(f), jax.tree.leaves(want)))
         if not same:
-            raise bad_arg("field", f"a function returning {_describe_shape(f)}",
+            raise _refuse("field", f"a function returning {_describe_shape(f)}",
                           "a function returning d params/dt: a pytree of float arrays shaped like params0")
     for key, fn in user.quadratures:
         q = _shape_of(f"quadratures[{key!r}]", f"a JAX-traceable function of {sig}", fn, params, args)
         if not (_is_real_array(q, True) and q.shape == ()):
-            raise bad_arg(f"quadratures[{key!r}]", f"a function returning {_describe_shape(q)}",
+            raise _refuse(f"quadratures[{key!r}]", f"a function returning {_describe_shape(q)}",
                           "a function returning a real float scalar (the integrand g(params))")
     for key, fn in user.observe:
         o = _shape_of(f"observe[{key!r}]", f"a JAX-traceable function of {sig}", fn, params, args)
         if not _is_real_array(o, False):
-            raise bad_arg(f"observe[{key!r}]", f"a function returning {_describe_shape(o)}",
+            raise _refuse(f"observe[{key!r}]", f"a function returning {_describe_shape(o)}",
                           "a function returning one real numeric array (any shape)")
 
 
@@ -238,12 +243,12 @@ def _check_start(user, params0, args, batch, args_batched, explicit_field):
     bad = np.flatnonzero(~np.isfinite(value))
     if bad.size:
         where = f" (lanes {bad.tolist()[:8]})" if batch else ""
-        raise bad_arg("loss", f"a loss of {value[bad[0]]} at {name}{where}", f"a loss that is finite at {name}")
+        raise _refuse("loss", f"a loss of {value[bad[0]]} at {name}{where}", f"a loss that is finite at {name}")
     bad = np.flatnonzero(~finite)
     if bad.size:
         where = f" (lanes {bad.tolist()[:8]})" if batch else ""
         what = "field" if explicit_field else "loss"
-        raise bad_arg(what, f"a non-finite {'field' if explicit_field else 'gradient'} at {name}{where}",
+        raise _refuse(what, f"a non-finite {'field' if explicit_field else 'gradient'} at {name}{where}",
                       f"a {'field' if explicit_field else 'loss whose gradient is'} finite at {name}")
 
 
@@ -334,10 +339,13 @@ def integrate(
 
     - ``loss``: a JAX-traceable function ``loss(params)`` (or ``loss(params, args)`` when
       ``args`` is given) returning a real float scalar; differentiated with ``jax.grad``.
-      For softmax-type models, ``gradflow.softmax``-style centred derivatives keep digits at
-      large logit gaps where ``jax.nn.softmax`` loses them (pass the exact form as ``field``).
-    - ``params0``: any pytree (dict, tuple, equinox Module, …) of real float arrays or Python
-      floats: finite, non-empty; cast to float64.
+      Autodiff of ``jax.nn.softmax`` loses digits once one weight is near 1 (its derivative
+      ``s ⊙ (g − ⟨s, g⟩)`` cancels); an exact form can be passed as ``field`` (as
+      :func:`gradflow.simulate` does with the centred softmax derivative).
+    - ``params0``: any pytree (dict, list, tuple, an equinox Module whose leaves are arrays, …)
+      of real float arrays or Python floats: finite, non-empty; cast to float64. (For a Module
+      with non-array leaves, pass ``eqx.partition(model, eqx.is_inexact_array)[0]`` and the
+      static part through ``args``.)
     - ``t1``: final flow time, ``0 < t1 < ∞``.
     - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default ``0`` and 400
       log-spaced points from ``1e-3`` to ``t1``.

@@ -1,10 +1,10 @@
-"""Losses ``ℓ(β)`` of the model output ``β`` (SPEC §2).
+"""Losses ``ℓ(β)`` of the model output ``β`` (paper Eqs. 5 and 8, and the appendix variants).
 
 Each loss is an immutable pytree (``equinox.Module``) that is called on one output vector
 ``β`` of shape ``(d,)`` and returns a scalar. ``r = −∇_β ℓ`` comes from autodiff.
 
 Each loss also defines the **polarisation rate** ``γ(β)`` whose time integral is the
-polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` (SPEC §3.5):
+polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` (paper Thm. 3.3):
 
 * :class:`LogisticTeacher`: ``γ = 1/(1 + exp⟨β*, β⟩)`` so that ``r = γ β*`` (paper Eq. 5).
 * :class:`SquareLoss` without a design: ``γ = ⟨r, β*⟩ / ‖β*‖²`` with ``r = 2·scale·(β* − β)``;

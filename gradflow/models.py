@@ -1,4 +1,4 @@
-"""Models: parameters ``(V, a)`` ↦ output ``β`` (SPEC §1, §4).
+"""Models: parameters ``(V, a)`` ↦ output ``β`` (paper Eq. 1 and its variants).
 
 A model fixes how the two parameter blocks produce the attention weights ``s`` and the
 output ``β``, and how the per-output loss is aggregated. The flow, the GD twin and the
@@ -89,7 +89,7 @@ class AbstractModel(eqx.Module):
         return jnp.mean(jax.vmap(loss.gamma)(beta))
 
     def entropy(self, V: Array, a: Array) -> Float[Array, ""]:
-        """Entropy (nats) of the weights, from logits for softmax (SPEC §9); mean over rows."""
+        """Entropy (nats) of the weights, from logits for softmax (exact at large logit gaps); mean over rows."""
         if self.normalization == "softmax":
             h = _maps.softmax_entropy(self.logits(V, a), self.temperature)
         else:

@@ -6,7 +6,7 @@ chunk (configuration ``NNN``, seeds ``AAAAAA ≤ seed < BBBBBB``), each written 
 rerun with the same spec skips chunks whose file exists; a different spec in the same folder
 is refused.
 
-Per seed (NumPy ``RandomState(seed)``, Fig. 2's order, SPEC §6): ``V0 = init_scale·randn(d, n)``,
+Per seed (NumPy ``RandomState(seed)``, Fig. 2's order, as the authors' notebook draws them): ``V0 = init_scale·randn(d, n)``,
 ``a0 = 0·randn(n)`` (the draw is consumed, as the authors did), ``β* = randn(d)/‖·‖``; so seed 123,
 ``n = 8``, ``init_scale = 0.1`` is Fig. 2's run. Every run starts from ``a0 = 0``, so only maps
 defined there (non-zero denominator at ``a = 0``) are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or
@@ -111,7 +111,7 @@ def _draws(cfg: dict, seeds):
     for seed in seeds:
         rng = np.random.RandomState(seed)
         V0s.append(cfg["init_scale"] * rng.randn(d, n))
-        rng.randn(n)  # a = 0·randn(n): consumed, as in Fig. 2 (SPEC §6)
+        rng.randn(n)  # a = 0·randn(n): consumed, as in Fig. 2 (the authors' notebook)
         beta_star = rng.randn(d)
         beta_star /= np.linalg.norm(beta_star)
         losses.append(LogisticTeacher(beta_star) if cfg["loss"] == "logistic" else SquareLoss(beta_star))
