@@ -68,9 +68,12 @@ SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4")
 finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
 minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
 becomes stiff once the fast modes have converged (explicit steps are then stability-limited, their
-number ∝ t1): ``auto`` runs ``dopri8`` for up to ``EXPLICIT_BUDGET`` steps and, if that budget runs
-out, switches to ``kvaerno5`` (implicit, L-stable, Newton root finder) from where it stopped
-(:mod:`gradflow._engine.stiff`). The metadata's ``solver`` field records ``auto-stiff`` for such runs."""
+number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
+steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
+lane to ``rodas4`` (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
+:mod:`gradflow._engine.rosenbrock`), and back to ``dopri8`` when the implicit steps get small
+(:mod:`gradflow._engine.stiff`). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a
+fresh Jacobian per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs."""
 
 
 @dataclasses.dataclass(frozen=True)
