@@ -30,7 +30,7 @@ def _square_draw(kappa, d, seed=123):
 def test_auto_on_a_stiff_flow_matches_radau_in_few_steps():
     """κ = 20, d = 4, t1 = 1e5, rtol 1e-8: ``auto`` detects stiffness and finishes in the
     implicit phase in a few hundred steps, agreeing with SciPy Radau (rtol 1e-12); Dopri8 alone
-    (the negative control) is stability-limited and needs many times more steps for the same flow."""
+    (the negative control) is stability-limited: 2000 steps do not get it to t1."""
     W0, a0, X, y, loss = _square_draw(20, 4)
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 11)])
     traj = gradflow.simulate(loss, W0, a0, t1=1e5, ts=ts, rtol=1e-8, atol=1e-10)
@@ -38,10 +38,9 @@ def test_auto_on_a_stiff_flow_matches_radau_in_few_steps():
     Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
     np.testing.assert_allclose(traj.a, ar, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(traj.V, Vr, rtol=1e-5, atol=1e-7)
-    explicit = gradflow.simulate(loss, W0, a0, t1=1e5, ts=ts, rtol=1e-8, atol=1e-10, solver="dopri8")
-    assert explicit.status == "ok"
-    assert int(traj.num_steps) < 400 and int(explicit.num_steps) > 3 * int(traj.num_steps), (
-        int(traj.num_steps), int(explicit.num_steps))
+    assert int(traj.num_steps) < 400, int(traj.num_steps)
+    explicit = gradflow.simulate(loss, W0, a0, t1=1e5, ts=ts, rtol=1e-8, atol=1e-10, solver="dopri8", max_steps=2000)
+    assert explicit.status == "max_steps" and float(explicit.t_end) < 1e5
 
 
 def test_rodas4_alone_matches_radau():
