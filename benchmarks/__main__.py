@@ -28,6 +28,7 @@ from gradflow._engine import batch as _batch, stiff as _stiff
 from gradflow.trajectory import atomic_write
 from tests import reference as ref
 
+from . import stiff as stiff_bench
 from .baselines import authors_gd, scipy_flow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -430,8 +431,8 @@ def report(res, cmd, quick, elapsed) -> str:
         L.append(f"| {r['axis']} | {r['value']:g} | {r['time_s']:.4f} | {r['steps']} |")
     if slow:
         L += ["", "## A batch must not wait on its slowest lane", "",
-              "Square loss with a design (d = 6, the conditioning draws of paper Fig. 3), t1 = 1e5, auto solver (Dopri8 for "
-              f"{_stiff.EXPLICIT_BUDGET} steps, then Kvaerno5). Under `vmap` a solve runs every lane until the slowest is done; "
+              "Square loss with a design (d = 6, the conditioning draws of paper Fig. 3), t1 = 1e5, auto solver (Dopri8 in rounds of "
+              f"{_stiff.EXPLICIT_ROUND} steps with stiffness detection, then Rodas4). Under `vmap` a solve runs every lane until the slowest is done; "
               f"gradflow solves in rounds of {_batch.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
               "| case | time (s) | steps per lane | status |", "|---|---|---|---|"]
         for r in slow:
@@ -451,13 +452,13 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     res = {"machine": machine(), "versions": versions()}
     for name, fn in (("fig2", bench_fig2), ("tolerances", bench_tolerances), ("seeds", bench_seeds),
-                     ("scaling", bench_scaling), ("slow_lane", bench_slow_lane)):
+                     ("scaling", bench_scaling), ("slow_lane", bench_slow_lane), ("stiff", stiff_bench.bench)):
         if name == "slow_lane" and args.quick:  # two implicit-solver compiles: too slow for a smoke run
             continue
         t0 = time.perf_counter()
         res[name] = fn(q, R)
         print(f"benchmarks: {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
-    text = report(res, cmd, args.quick, time.perf_counter() - start)
+    text = report(res, cmd, args.quick, time.perf_counter() - start) + stiff_bench.report(res.get("stiff"))
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")

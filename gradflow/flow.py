@@ -31,6 +31,8 @@ def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array)
     ``weights``/``loss``) the softmax's own derivative is applied in the exact centred form :func:`gradflow.maps.softmax_vjp`: plain autodiff loses the top
     logit's velocity (and ``Σ_i da_i/dt = 0``) once the logit gap exceeds ~37 in float64.
     """
+    if _plain_map(model, "l1"):
+        return _l1_sliding_field(model, loss, V, a)
     if not _plain_softmax(model):
         gV, ga = jax.grad(lambda V_, a_: model.loss(loss, V_, a_), argnums=(0, 1))(V, a)
         return -gV, -ga
@@ -45,12 +47,41 @@ def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array)
 def _plain_softmax(model: AbstractModel) -> bool:
     """Whether ``L = loss_of_weights(V, softmax(logits(V, a) / T))`` holds as the base class
     defines it (a subclass that overrides ``weights`` or ``loss`` is differentiated as written)."""
+    return _plain_map(model, "softmax")
+
+
+def _plain_map(model: AbstractModel, name: str) -> bool:
+    """Whether ``L = loss_of_weights(V, map(logits(V, a) / T))`` with ``map = name`` holds as the
+    base class defines it."""
     cls = type(model)
-    return (
-        model.normalization == "softmax"
-        and cls.weights is AbstractModel.weights
-        and cls.loss is AbstractModel.loss
-    )
+    return model.normalization == name and cls.weights is AbstractModel.weights and cls.loss is AbstractModel.loss
+
+
+KINK_BAND = 1e-9
+"""L1 map: a logit with ``|z_i| ≤ KINK_BAND·max_j |z_j|`` counts as at its kink ``z_i = 0``."""
+
+
+def _l1_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
+    """``−∇L`` for the L1 map ``s = |z|/Σ|z|`` (``z = logits/T``) with Filippov sliding at its kinks.
+
+    With ``g = ∂L/∂|z|``, the field of a logit is ``dz_i = −sign(z_i)·g_i``: if ``g_i > 0`` it
+    points towards ``0`` from both sides, the Filippov solution stays at ``z_i = 0`` (sliding)
+    and the other coordinates move with ``z_i = 0``; if ``g_i < 0`` the logit leaves the kink.
+    So a logit within :data:`KINK_BAND` of its kink gets cotangent ``0`` while ``g_i > 0`` (for
+    the value-softmax model, whose logits are ``a``, this is exactly ``da_i/dt = 0``) and
+    ``−g_i`` on its own side otherwise (``+`` at ``0`` exactly). Away from the kinks this is
+    plain autodiff. Without it an adaptive solver chatters across ``z_i = 0`` (the field flips
+    sign there) and stops at ``max_steps``.
+    """
+    z, logits_vjp = jax.vjp(model.logits, V, a)
+    zt = z / model.temperature
+    m = jnp.abs(zt)
+    gV, gm = jax.grad(lambda V_, m_: model.loss_of_weights(loss, V_, _maps._normalise(m_)), argnums=(0, 1))(V, m)
+    side = jnp.where(zt < 0, -1.0, 1.0).astype(z.dtype)
+    at_kink = m <= KINK_BAND * jnp.max(m, axis=-1, keepdims=True)
+    gz = jnp.where(at_kink & (gm > 0), 0.0, side * gm) / model.temperature
+    gV_logits, ga = logits_vjp(gz.astype(z.dtype))
+    return -(gV + gV_logits).astype(V.dtype), -ga
 
 
 def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:

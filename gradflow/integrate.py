@@ -353,8 +353,9 @@ def integrate(
       functions take ``params`` only.
     - ``rtol``, ``atol``: tolerances of the PID step-size controller on the state in log time
       (default ``1e-8`` and ``rtol/100``).
-    - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``: Dopri8, and for a
-      ``steady`` flow the implicit Kvaerno5 after an explicit budget of 4096 steps).
+    - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``: Dopri8; for a
+      ``steady`` flow Dopri8 with stiffness detection per lane, switching to the implicit
+      Rodas4 once its steps are stability-limited, and back when they are not).
     - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
     - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
       saved at ``ts`` into ``sol.observed[name]``.

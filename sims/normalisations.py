@@ -5,12 +5,13 @@ element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`sims._paper.no
 every map starts from the same ``(V0, a0)``, ``a0 ≈ 1``). The flow of each map (solid) is drawn
 with GD at the authors' step size (markers, ``t = lr·k``).
 
-Kinked maps: under the logistic loss the L1 map drives some ``a_i`` to its kink at 0 and the
-flow slides along it (the field flips sign across ``a_i = 0``); an adaptive high-order solver at
-tight tolerance then stalls (status ``max_steps``). When the primary run of a map is not ``ok``
-we keep its status and the time it reached, and integrate again with ``fallback`` (a low-order
-solver at a loose tolerance that steps through the sliding motion); the figure says which run it
-draws, and plots only points the drawn run reached.
+Kinked maps: under the logistic loss the L1 map drives some ``a_i`` to its kink at 0, where the
+field flips sign; the flow then slides along the kink (Filippov: the logit stays at 0 while the
+gradient pushes it back from both sides), which gradflow integrates exactly (the default run ends
+``ok`` at ``t1``; it agrees with GD to first order in the step size). Should a map's default run
+still not be ``ok``, we keep its status and the time it reached and integrate again with
+``fallback`` (a low-order solver at a loose tolerance); the figure says which run it draws, and
+plots only points the drawn run reached.
 """
 
 from __future__ import annotations

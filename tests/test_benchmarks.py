@@ -10,7 +10,7 @@ def test_quick_benchmark_writes_the_report(tmp_path):
     assert main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
     for heading in ("## Machine and versions", "## Targets (issue 5)", "## Fig. 2 data", "## One trajectory to t = 1e12",
-                    "seeds to t = 1e12", "## Scaling", "Command: `python -m benchmarks --quick`"):
+                    "seeds to t = 1e12", "## Scaling", "## Stiff flows", "## Kinked maps", "Command: `python -m benchmarks --quick`"):
         assert heading in text, heading
     res = json.loads((tmp_path / "RESULTS.json").read_text())
     f2 = res["fig2"]
@@ -23,3 +23,11 @@ def test_quick_benchmark_writes_the_report(tmp_path):
     g = [r for r in rows if r["method"].startswith("gradflow")]
     assert g[0]["error"] > g[-1]["error"], g
     assert res["seeds"]["ok"]
+    # the stiff section: every gradflow run ok and as accurate as SciPy LSODA at the same tolerance
+    # (within 100×), every kinked-map run reaches t1
+    st = res["stiff"]
+    for r in st["square"]:
+        if r["method"].startswith("gradflow"):
+            lsoda = next(x for x in st["square"] if x["kappa"] == r["kappa"] and x["method"] == "SciPy LSODA")
+            assert r["status"] == "ok" and r["error"] < max(100 * lsoda["error"], 1e-7), (r, lsoda)
+    assert all(r["status"] == "ok" for r in st["kinked"]), st["kinked"]

@@ -149,6 +149,7 @@ def _initial_state(y0, taus) -> SolveState:
         tau_steady=jnp.full((B,), jnp.inf, dtype),
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
+        h_rho=jnp.full((B,), jnp.nan, dtype),
     )
 
 
@@ -204,6 +205,7 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
         tau_steady=put(out.tau_steady, state.tau_steady),
         num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps),
         code=put(out.code, state.code),
+        h_rho=put(out.h_rho, state.h_rho),
     )
 
 
@@ -230,7 +232,7 @@ def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: st
     rtol, atol, t1_exact = np.asarray(rtol), np.asarray(atol), np.asarray(t1_exact)
     B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
     per_solve = LANES_PER_SOLVE * n_dev
-    solvers, left = _stiff.phase_of_lanes(name, np.zeros(1, np.int64), max_steps)
+    solvers, left, _ = _stiff.phase_of_lanes(name, np.zeros(1, np.int64), max_steps)
     first_name, steps = solvers[0], int(min(ROUND_STEPS, left[0]))
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
     # power of two, every chunk to a multiple of the device count, by repeating the chunk's
@@ -262,11 +264,13 @@ def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: st
         return res if lane is None else jax.tree.map(lambda x: x[lane], res)
     state = join(states)
     del states, results  # only the joined state is needed from here on
+    stiff = np.zeros(B, bool)  # each lane's phase under ``auto-stiff`` (True: implicit)
     while True:
         pending = np.flatnonzero(np.asarray(state.code) == Status.max_steps)
         if pending.size == 0:
             break
-        solvers, left = _stiff.phase_of_lanes(name, np.asarray(state.num_steps)[pending], max_steps)
+        solvers, left, stiff[pending] = _stiff.phase_of_lanes(
+            name, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], np.asarray(state.h_rho)[pending])
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps

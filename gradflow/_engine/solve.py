@@ -29,6 +29,8 @@ import optimistix as optx
 
 from .._errors import bad_arg
 from .._validate import check_positive, check_positive_int, check_times
+from .rosenbrock import Rodas4
+from .stiff import stiffness_ratio
 
 __all__ = [
     "Flow", "SolveState", "Status", "SOLVERS", "STEADY_FRACTION", "ROUNDOFF_FIELD", "STALL_ULPS",
@@ -61,14 +63,17 @@ _MESSAGES = {
     "solver_failed": "another solver failure (e.g. the implicit solver's Newton iteration)",
 }
 
-SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5")
+SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4")
 """Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for flows without a
 finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
 minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
 becomes stiff once the fast modes have converged (explicit steps are then stability-limited, their
-number ∝ t1): ``auto`` runs ``dopri8`` for up to ``EXPLICIT_BUDGET`` steps and, if that budget runs
-out, switches to ``kvaerno5`` (implicit, L-stable, Newton root finder) from where it stopped
-(:mod:`gradflow._engine.stiff`). The metadata's ``solver`` field records ``auto-stiff`` for such runs."""
+number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
+steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
+lane to ``rodas4`` (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
+:mod:`gradflow._engine.rosenbrock`), and back to ``dopri8`` when the implicit steps get small
+(:mod:`gradflow._engine.stiff`). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a
+fresh Jacobian per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,12 +182,14 @@ def make_solver(name: str, rtol=None, atol=None):
         # update: once h·‖∂f/∂y‖ is large, round-off in the update exceeds any tight tolerance,
         # so an update-size test fails, steps are rejected and the solve stalls.
         return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol, cauchy_termination=False))
+    if name == "rodas4":
+        return Rodas4()
     raise AssertionError(name)  # resolve_solver validated the name
 
 
 def _controller(name, rtol, atol, dtmin):
     stall = dict(dtmin=dtmin, force_dtmin=False)
-    if name == "kvaerno5":
+    if name in ("kvaerno5", "rodas4"):
         return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
     return diffrax.PIDController(rtol=rtol, atol=atol, **stall)
 
@@ -230,7 +237,10 @@ class SolveState(eqx.Module):
     ``(T,)``: which save points the solve has reached; ``y_end``, ``tau_end``: the state and log
     time where it stopped (``tau_end = τ1`` after a steady stop); ``tau_steady``: log time of the
     steady stop (``inf`` if none); ``num_steps``: solver steps taken (accepted and rejected);
-    ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue")."""
+    ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue"); ``h_rho``:
+    mean log-time step of the solve × spectral radius of the log-time Jacobian at ``y_end``
+    (:func:`gradflow._engine.stiff.stiffness_ratio`; ``NaN`` for flows without a finite
+    minimiser, whose ``auto`` does not switch)."""
 
     ys: tuple
     reached: jax.Array
@@ -239,6 +249,7 @@ class SolveState(eqx.Module):
     tau_steady: jax.Array
     num_steps: jax.Array
     code: jax.Array
+    h_rho: jax.Array
 
 
 def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, max_steps: int) -> SolveState:
@@ -288,7 +299,17 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
         tau_steady=jnp.where(at_rest, tau_end[0], jnp.inf),
         num_steps=sol.stats["num_steps"],
         code=code,
+        h_rho=_h_rho(flow, fargs, rtol, atol, tau0, tau_end[0], y_end, sol.stats["num_steps"]),
     )
+
+
+def _h_rho(flow, fargs, rtol, atol, tau0, tau_end, y_end, num_steps):
+    """``h·ρ`` of a finished solve for the ``auto`` phase policy (``NaN`` unless ``flow.steady``)."""
+    if not flow.steady:
+        return jnp.full((), jnp.nan, tau_end.dtype)
+    dtau = (tau_end - tau0) / jnp.maximum(num_steps, 1)
+    field = lambda y: _log_time_rhs(tau_end, y, (flow, fargs, rtol, atol))
+    return stiffness_ratio(field, y_end, dtau)
 
 
 def resolve_solver(solver: str, steady: bool) -> str:

@@ -1,41 +1,100 @@
 """The phase policy of ``solver="auto"``: which solver each unfinished lane runs in the next round.
 
-Today's policy for flows with a finite minimiser (``auto-stiff``): Dopri8 for up to
-:data:`EXPLICIT_BUDGET` steps, then Kvaerno5 from where it stopped. Everything the rounds of
-:mod:`gradflow._engine.batch` need to know about phases goes through :func:`phase_of_lanes`, so
-a stiffness-detecting policy replaces this one function (and may add per-lane fields to
-:class:`gradflow._engine.solve.SolveState`).
+For flows with a finite minimiser (``auto-stiff``) the flow turns stiff once its fast modes have
+converged: an explicit method's step is then limited by stability, ``h ≲ B/ρ`` (``ρ`` the
+spectral radius of the log-time Jacobian ``∂F/∂y``, ``B ≈ 5.17`` the real-axis stability
+boundary of Dopri8), and its step count grows ∝ ``ρ·τ``. The policy (Hairer & Wanner, *Solving
+ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching):
+
+- every lane starts explicit (Dopri8) in short rounds of :data:`EXPLICIT_ROUND` steps;
+- after each round that did not finish, the solve reports ``h·ρ`` (mean log-time step of the
+  round × ``ρ`` at the round's end state, by power iteration with Jacobian–vector products:
+  :func:`stiffness_ratio`); an explicit lane with ``h·ρ > STIFF_ON·B`` (its steps are
+  stability-limited) switches to the implicit phase (Rodas4, :mod:`gradflow._engine.rosenbrock`);
+- an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
+  stable at no loss) switches back to explicit.
+
+Lanes that finish in their first explicit round (e.g. non-stiff flows) never pay for the detector
+beyond its ``POWER_ITERATIONS`` Jacobian–vector products at the end of that round.
 """
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
-__all__ = ["AUTO_STIFF", "EXPLICIT_BUDGET", "phase_of_lanes"]
+__all__ = ["AUTO_STIFF", "EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY"]
 
 AUTO_STIFF = "auto-stiff"
 """Concrete name of ``auto`` on a flow with a finite minimiser (recorded in the metadata)."""
 
-EXPLICIT_BUDGET = 4096
-"""``auto`` on a flow with a finite minimiser: Dopri8 for up to this many steps, then Kvaerno5."""
+EXPLICIT_ROUND = 64
+"""``auto-stiff``: steps per explicit round (stiffness is checked after each)."""
+
+DOPRI8_BOUNDARY = 5.17
+"""Where Dopri8's stability region meets the negative real axis (computed from diffrax's
+tableau: ``|R(−x)| = 1`` at ``x ≈ 5.167``)."""
+
+STIFF_ON = 0.5
+"""An explicit lane switches to the implicit phase when ``h·ρ > STIFF_ON·DOPRI8_BOUNDARY``."""
+
+STIFF_OFF = 0.25
+"""An implicit lane switches back to explicit when ``h·ρ < STIFF_OFF·DOPRI8_BOUNDARY``."""
+
+POWER_ITERATIONS = 12
+"""Power iterations (Jacobian–vector products) per estimate of ``ρ``."""
+
+IMPLICIT = "rodas4"
+EXPLICIT = "dopri8"
 
 
-def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """The solver each lane runs next and how many steps it may take in that phase.
+def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
+    """``dtau·ρ``, with ``ρ`` the spectral radius of ``∂field/∂y`` at ``y`` by power iteration.
+
+    **Arguments:** ``field`` a function of the state pytree ``y`` (the log-time field at the
+    current ``τ``); ``y`` a pytree of float arrays; ``dtau`` the step size (scalar).
+
+    **Returns:** a scalar, ``dtau·‖J vₖ‖`` with ``vₖ`` the normalised ``k``-th power iterate
+    from a fixed pseudo-random start (a lower bound of ``dtau·ρ`` for normal ``J``, the case of a
+    gradient flow near a minimiser, where ``J`` is minus a Hessian). ``0`` for a zero field."""
+    flat, unravel = ravel_pytree(y)
+    jvp = lambda v: ravel_pytree(jax.jvp(field, (y,), (unravel(v),))[1])[0]
+    v0 = jax.random.normal(jax.random.PRNGKey(0), flat.shape, flat.dtype)
+
+    def body(_, carry):
+        v, _ = carry
+        w = jvp(v)
+        n = jnp.linalg.norm(w)
+        return jnp.where(n > 0, w / jnp.where(n > 0, n, 1.0), v), n
+
+    _, rho = jax.lax.fori_loop(0, iterations, body, (v0 / jnp.linalg.norm(v0), jnp.zeros((), flat.dtype)))
+    return dtau * rho
+
+
+def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The solver each lane runs next, how many steps it may take in that round, and its phase.
 
     **Arguments:** ``solver_name`` the resolved name (a name of
     :data:`gradflow._engine.solve.SOLVERS` or :data:`AUTO_STIFF`); ``num_steps`` ``(k,)`` int,
-    the steps each unfinished lane has taken so far (all phases); ``max_steps`` the run's budget.
+    the steps each unfinished lane has taken so far (all phases); ``max_steps`` the run's budget;
+    ``stiff`` ``(k,)`` bool, the lanes' current phase (``True``: implicit; default all explicit);
+    ``h_rho`` ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet).
 
-    **Returns:** ``(solvers, left)``: ``(k,)`` arrays of concrete solver names and of steps left
-    in the lane's current phase (``0``: the lane's budget is spent, it ends as ``max_steps``).
-    The caller caps ``left`` at its round length and groups lanes by ``(solver, steps)``.
+    **Returns:** ``(solvers, left, stiff)``: ``(k,)`` arrays of concrete solver names, of steps
+    the lane may take next (``0``: the lane's budget is spent, it ends as ``max_steps``; the
+    caller caps it at its round length) and of the updated phases.
     """
     num_steps = np.asarray(num_steps, dtype=np.int64)
+    budget = np.maximum(max_steps - num_steps, 0)
     if solver_name != AUTO_STIFF:
-        return np.full(num_steps.shape, solver_name, dtype=object), np.maximum(max_steps - num_steps, 0)
-    explicit = min(EXPLICIT_BUDGET, max_steps)
-    in_explicit = num_steps < explicit
-    solvers = np.where(in_explicit, "dopri8", "kvaerno5").astype(object)
-    left = np.where(in_explicit, explicit - num_steps, max_steps - num_steps)
-    return solvers, np.maximum(left, 0)
+        return np.full(num_steps.shape, solver_name, dtype=object), budget, np.zeros(num_steps.shape, bool)
+    stiff = np.zeros(num_steps.shape, bool) if stiff is None else np.asarray(stiff, bool).copy()
+    if h_rho is not None:
+        h_rho = np.asarray(h_rho, dtype=np.float64)
+        stiff = np.where(stiff, ~(h_rho < STIFF_OFF * DOPRI8_BOUNDARY), h_rho > STIFF_ON * DOPRI8_BOUNDARY)
+    solvers = np.where(stiff, IMPLICIT, EXPLICIT).astype(object)
+    left = np.where(stiff, budget, np.minimum(budget, EXPLICIT_ROUND))
+    return solvers, left, stiff
