@@ -339,3 +339,11 @@ def nan_reduce(fn, a, axis=None):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return fn(a, axis=axis)
+
+
+def suptitle(fig, text: str, width: int = 140, fontsize: float = 6.5) -> None:
+    """A figure title wrapped to ``width`` characters per line (long settings lines would widen
+    the saved figure)."""
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.fill(part, width) for part in text.split("\n")), fontsize=fontsize)

@@ -53,15 +53,15 @@ def plot(data: dict, cfg: dict):
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
     ax_c.set_title("during training (x: diverged)", fontsize=7)
-    ax_c.legend(fontsize=5.5, loc="lower right")
+    ax_c.legend(fontsize=5.5, loc="upper left")
     ax_b.set_ylabel("layer-2 BOS share")
-    ax_b.set_ylim(min(0.0, np.nanmin(data["curve_bos"]) if np.isfinite(data["curve_bos"]).any() else 0.0), 1.02)
+    ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
     ax_b.set_title("BOS share: max over heads (solid), mean (dotted)", fontsize=7)
     missing = [n for i, n in enumerate(cfg["variants"]) if not data["ind_available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.3, f"not run: {len(missing)} of {len(cfg['variants'])} variants",
                   transform=ax_c.transAxes, ha="right", va="bottom", fontsize=5.5, color="0.35")
-    fig.suptitle("Induction accuracy — " + _sec4.induction_note(cfg), fontsize=6.5)
+    _sec4.suptitle(fig, "Induction accuracy — " + _sec4.induction_note(cfg))
     return fig
 
 

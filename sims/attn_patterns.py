@@ -45,11 +45,11 @@ def plot(data: dict, cfg: dict):
             bos = data["bos_share"][i, 0, -1, h]
             ax.set_title(f"{_sec4.variant_label(name)}, head {h}\nBOS share {bos:.2f}", fontsize=6.5)
     if im is not None:
-        fig.colorbar(im, ax=[a for row in axes for a in row], shrink=0.6, label="share |w_ij| / Σ_j |w_ij|")
+        fig.colorbar(im, ax=[a for row in axes for a in row], shrink=0.6, label=r"share $|w_{ij}| / \sum_j |w_{ij}|$")
     accs = ", ".join(f"{_sec4.variant_label(n)} {data['induction_acc'][names.index(n), 0]:.2f}"
                      for n in SHOWN if n in names and data["ind_available"][names.index(n), 0])
-    fig.suptitle("Layer-2 attention shares on one induction sequence (rows: queries, columns: keys); "
-                 "induction acc.: " + accs + "\n" + _sec4.induction_note(cfg), fontsize=6.5)
+    _sec4.suptitle(fig, "Layer-2 attention shares on one induction sequence (rows: queries, columns: keys); "
+                   "induction acc.: " + accs + "\n" + _sec4.induction_note(cfg))
     return fig
 
 

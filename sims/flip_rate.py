@@ -65,7 +65,7 @@ def plot(data: dict, cfg: dict):
         val = data["flip_rate"][i, ctrl[0]] if data["grp_available"][i, ctrl[0]] else np.nan
         note = (f"\ncontrol, softmax at {s['n_layers']} layers × {s['n_heads']} heads (MLP, LN): flip rate "
                 + (f"{val:.2f}" if np.isfinite(val) else "not run"))
-    fig.suptitle("One-token flip attack (group task, 4 labels) — " + _sec4.group_note(cfg) + note, fontsize=6.5)
+    _sec4.suptitle(fig, "One-token flip attack (group task, 4 labels) — " + _sec4.group_note(cfg) + note)
     return fig
 
 

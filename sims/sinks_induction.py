@@ -45,12 +45,13 @@ def plot(data: dict, cfg: dict):
     ax_h.set_title("each layer-2 head (blue: acc > 0.95, red: below; "
                    + ", ".join(f"{MARKERS.get(h, 'o')} {h} head{'s' if h > 1 else ''}" for h in heads) + ")",
                    fontsize=6.5)
-    lo = np.nanmin(data["bos_share"][:, :, -1]) if np.isfinite(data["bos_share"]).any() else 0.0
-    ax_h.set_ylim(min(-0.03, lo - 0.03), 1.03)
+    b2 = data["bos_share"][:, :, -1]
+    lo, hi = (np.nanmin(b2), np.nanmax(b2)) if np.isfinite(b2).any() else (0.0, 1.0)
+    ax_h.set_ylim(min(-0.03, lo - 0.05), max(1.03, hi + 0.05))  # signed kernels: shares outside [0, 1]
     for i in range(len(names)):
         if not data["ind_available"][i].any():
             ax_h.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=6, color="0.35")
-    fig.suptitle("Attention sinks in induction models — " + _sec4.induction_note(cfg), fontsize=6.5)
+    _sec4.suptitle(fig, "Attention sinks in induction models — " + _sec4.induction_note(cfg))
     return fig
 
 

@@ -35,9 +35,9 @@ def plot(data: dict, cfg: dict):
             ax.plot([], [], color=color, label=f"{_sec4.variant_label(name)}: not run")
     ax.set_xlabel("sparsity score (share on the max-weight token)")
     ax.set_ylabel("heads")
-    ax.set_title("softmax vs sigmoid w/o norm (cf. paper Fig. 7)", fontsize=7, pad=16)
+    ax.set_title("softmax vs sigmoid w/o norm (cf. paper Fig. 7)", fontsize=7, pad=24)
     ax.legend(fontsize=5.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, frameon=False,
-              borderaxespad=1.2)
+              borderaxespad=0.2)
     for i, name in enumerate(names):
         ind, grp = data["sparsity_induction"][i].ravel(), data["sparsity_groups"][i].ravel()
         ind, grp = ind[np.isfinite(ind)], grp[np.isfinite(grp)]
@@ -53,10 +53,10 @@ def plot(data: dict, cfg: dict):
     ax_all.set_xlim(-0.6, len(names) - 0.4)
     ax_all.set_ylim(0, 1.03)
     ax_all.set_ylabel("sparsity score per head")
-    ax_all.set_title("every head, every variant", fontsize=7, pad=16)
+    ax_all.set_title("every head, every variant", fontsize=7, pad=24)
     ax_all.legend(fontsize=5.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
-    fig.suptitle("Per-head sparsity — induction: " + _sec4.induction_note(cfg) + "\ngroups: "
-                 + _sec4.group_note(cfg), fontsize=6)
+    _sec4.suptitle(fig, "Per-head sparsity — induction: " + _sec4.induction_note(cfg) + "\ngroups: "
+                   + _sec4.group_note(cfg))
     return fig
 
 
