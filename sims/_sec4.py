@@ -24,8 +24,9 @@ import os
 
 import numpy as np
 
-from .transformer.sweep import (QUICK_VARIANTS, VARIANTS, collect, group_runs, induction_runs, make_config,
-                                variant_name)
+from .transformer.sweep import (QUICK_VARIANTS, VARIANTS, applies, collect, find_result, group_runs, induction_runs,
+                                make_config, variant_name)
+from .transformer.train import run_name
 
 __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label", "figure"]
 
@@ -92,6 +93,11 @@ def config(quick: bool, tasks=("induction", "groups")) -> dict:
         cfg["induction_runs"] = [_recorded("induction", s) for s in induction_runs(quick, SEEDS)]
     if "groups" in tasks:
         cfg["group_runs"] = [_recorded("groups", s) for s in group_runs(quick, SEEDS)]
+    if not quick:  # which runs are finished: the cached figure data is recomputed when one lands
+        cfg["finished"] = sorted(
+            run_name(make_config(task, k, n, s)) for task in tasks for k, n in variants
+            for s in _settings(cfg, task) if applies(k, n, s)
+            and find_result(make_config(task, k, n, s), quick) is not None)
     return cfg
 
 

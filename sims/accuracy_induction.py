@@ -53,7 +53,8 @@ def plot(data: dict, cfg: dict):
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
     ax_c.set_title("during training (x: diverged)", fontsize=7)
-    ax_c.legend(fontsize=5.5, loc="upper left")
+    if data["ind_available"][:, 0].any():
+        ax_c.legend(fontsize=5.5, loc="upper left")
     ax_b.set_ylabel("layer-2 BOS share")
     ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
     ax_b.set_title("BOS share: max over heads (solid), mean (dotted)", fontsize=7)

@@ -41,13 +41,15 @@ def _mean_over(data: dict, key: str, cols: list[int]) -> np.ndarray:
 def plot(data: dict, cfg: dict):
     data = _sec4.unpack(data)
     panels = _panels(cfg)
-    fig, axes = style.figure(1, len(panels), height=2.5)
+    ncols = 2 if len(panels) == 4 else len(panels)
+    nrows = -(-len(panels) // ncols)
+    fig, axes = style.figure(nrows, ncols, height=2.4 * nrows)
     for p, g in enumerate(panels):
-        ax = axes[0][p]
+        ax = axes[p // ncols][p % ncols]
         s = cfg["group_runs"][g]
         cols = _same(cfg, g)
         rate = _mean_over(data, "flip_rate", cols)
-        _sec4.bars_by_kernel(ax, rate, cfg, ylabel="flip rate" if p == 0 else "", fmt="{:.2f}",
+        _sec4.bars_by_kernel(ax, rate, cfg, ylabel="flip rate" if p % ncols == 0 else "", fmt="{:.2f}",
                              available=data["grp_available"][:, cols], top=1.0, ran_label="diverged",
                              diverged=data["diverged_step_groups"][:, cols], legend=p == 0,
                              all_variants=cfg["scale"] == "paper")
@@ -56,7 +58,7 @@ def plot(data: dict, cfg: dict):
         accs = ", ".join(f"{a:.2f}" for a in acc if np.isfinite(a))
         ax.set_title(f"{'MLP' if s['use_mlp'] else 'no MLP'}, {'LN' if s['use_layernorm'] else 'no LN'}\n"
                      f"group acc.: {accs}", fontsize=6.5, pad=14 if p == 0 else 4)
-        ax.tick_params(axis="x", labelrotation=35)
+        ax.tick_params(axis="x", labelrotation=25)
     ctrl = [g for g, s in enumerate(cfg["group_runs"]) if "only_variants" in s]
     note = ""
     if ctrl:

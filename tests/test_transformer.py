@@ -365,15 +365,15 @@ def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
     import importlib
 
     tr = importlib.import_module("sims.transformer.train")
-    step = tr._step
+    step = tr._steps
     cfg = group_config("sigmoid", False, **TINY_GROUPS)  # 8 steps/epoch, evaluations every 4
     _, hist = train(cfg, progress=False)  # control: a finite loss goes on
     assert hist["diverged_step"] is None and hist["step"] == [4, 8, 12, 16]
-    monkeypatch.setattr(tr, "_step", lambda *a: (lambda m, o, loss: (m, o, loss * jnp.nan))(*step(*a)))
+    monkeypatch.setattr(tr, "_steps", lambda *a: (lambda m, o, loss: (m, o, loss * jnp.nan))(*step(*a)))
     ckpt = str(tmp_path / "run")
     _, hist = train(cfg, checkpoint=ckpt, progress=False)
     assert hist["diverged_step"] == 4 and hist["step"] == [4] and hist["stopped_step"] is None
-    monkeypatch.setattr(tr, "_step", step)
+    monkeypatch.setattr(tr, "_steps", step)
     _, again = train(cfg, checkpoint=ckpt, progress=False)  # a diverged checkpoint is final
     assert again["diverged_step"] == 4 and again["step"] == [4]
 

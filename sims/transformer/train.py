@@ -261,11 +261,27 @@ def _adamw(lr: float, weight_decay: float):
     return optax.adamw(lr, weight_decay=weight_decay)
 
 
-@eqx.filter_jit
 def _step(model, opt_state, x, y, task: str, aux_weight: float, opt):
+    """One AdamW step on the batch ``(x, y)``: ``(model, opt_state, loss)``."""
     loss, grads = eqx.filter_value_and_grad(_loss)(model, x, y, task, aux_weight)
     updates, opt_state = opt.update(grads, opt_state, eqx.filter(model, eqx.is_array))
     return eqx.apply_updates(model, updates), opt_state, loss
+
+
+@eqx.filter_jit
+def _steps(model, opt_state, xs, ys, task: str, aux_weight: float, opt):
+    """``len(xs)`` AdamW steps in one compiled ``lax.scan`` over the stacked batches ``xs (n, B, T)``
+    (one call per stretch between evaluations: per-step dispatch cost dominated training time
+    on CPU). Returns ``(model, opt_state, losses (n,))``."""
+    params, static = eqx.partition(model, eqx.is_array)
+
+    def body(carry, batch):
+        p, o = carry
+        m, o, loss = _step(eqx.combine(p, static), o, batch[0], batch[1], task, aux_weight, opt)
+        return (eqx.filter(m, eqx.is_array), o), loss
+
+    (params, opt_state), losses = jax.lax.scan(body, (params, opt_state), (xs, ys))
+    return eqx.combine(params, static), opt_state, losses
 
 
 def _save_checkpoint(path: str, model, opt_state, meta: dict) -> None:
@@ -337,39 +353,51 @@ def train(cfg: RunConfig, *, checkpoint: str | None = None, progress: bool = Tru
         if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
             return model, hist
 
-    timed, t_timed, perm_epoch, perm = 0, 0.0, -1, None
+    timed, t_timed, perm_epoch, perm, bad, shapes = 0, 0.0, -1, None, False, set()
     start = time.perf_counter()
     bar = tqdm(total=total, initial=step0, desc=f"{cfg.task} {cfg.kernel}-{'norm' if cfg.normalise else 'raw'}",
                disable=not progress, leave=False)
     end = total if stop_after is None else min(total, step0 + stop_after)
-    for s in range(step0, end):
+    s = step0
+    while s < end:
         epoch, i = divmod(s, spe)
         if epoch != perm_epoch:  # a fixed shuffle per epoch, so a resumed run sees the same batches
             perm_epoch = epoch
             perm = np.random.default_rng((cfg.seed, TASKS.index(cfg.task), epoch)).permutation(cfg.n_train)
-        idx = perm[i * cfg.batch:(i + 1) * cfg.batch]
+        stop = min(epoch * spe + min(e for e in eval_at if e > i), end)  # up to the next evaluation
+        batches = [perm[j * cfg.batch:(j + 1) * cfg.batch] for j in range(i, stop - epoch * spe)]
+        groups = [[b for b in batches if len(b) == cfg.batch], [b for b in batches if len(b) < cfg.batch]]
         t0 = time.perf_counter()
-        model, opt_state, loss = _step(model, opt_state, x_tr[idx], y_tr[idx], cfg.task, cfg.aux_weight, opt)
-        if s > step0 and len(idx) == cfg.batch:  # the first step (and a short last batch) compiles
-            loss.block_until_ready()
-            timed, t_timed = timed + 1, t_timed + time.perf_counter() - t0
-        bar.update(1)
-        if (i + 1) in eval_at:
+        for group in groups:  # full batches in one scan; the short last batch of an epoch on its own
+            if group:
+                idx = np.stack(group)
+                model, opt_state, losses = _steps(model, opt_state, x_tr[idx], y_tr[idx], cfg.task, cfg.aux_weight,
+                                                  opt)
+                losses = np.asarray(losses)
+                bad |= not np.all(np.isfinite(losses))
+                loss = losses[-1]
+        shape = tuple(len(g) for g in groups)
+        if shape in shapes:  # the first call of each shape compiles: not timed
+            timed, t_timed = timed + len(batches), t_timed + time.perf_counter() - t0
+        shapes.add(shape)
+        bar.update(stop - s)
+        s = stop
+        if (s - epoch * spe) in eval_at:
             pred, maps = _forward(model, x_te)
             acc = float(np.mean(pred == _target(cfg, y_te)))
-            hist["step"].append(s + 1)
+            hist["step"].append(s)
             hist["acc"].append(acc)
             if cfg.task == "induction":
                 hist["bos"].append(_round(bos_share(maps, cfg.sink_rows)[-1]))
             bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{acc:.3f}")
-            if not np.isfinite(float(loss)):  # diverged: stop, and say so (its accuracy means nothing)
-                hist["diverged_step"] = s + 1
+            if bad:  # diverged: stop, and say so (its accuracy means nothing)
+                hist["diverged_step"] = s
             if acc <= cfg.stop_acc:
                 hist["above_step"] = None
             elif hist["above_step"] is None:
-                hist["above_step"] = s + 1
-            if cfg.early_stop and hist["above_step"] is not None and s + 1 - hist["above_step"] >= spe:
-                hist["stopped_step"] = s + 1
+                hist["above_step"] = s
+            if cfg.early_stop and hist["above_step"] is not None and s - hist["above_step"] >= spe:
+                hist["stopped_step"] = s
             hist["timed_steps"] = hist.get("timed_steps", 0) + timed
             hist["timed_seconds"] = hist.get("timed_seconds", 0.0) + t_timed
             if hist["timed_steps"]:
@@ -377,8 +405,7 @@ def train(cfg: RunConfig, *, checkpoint: str | None = None, progress: bool = Tru
             hist["train_seconds"] += time.perf_counter() - start
             start, timed, t_timed = time.perf_counter(), 0, 0.0
             if checkpoint:
-                _save_checkpoint(checkpoint, model, opt_state, {"step": s + 1, "history": hist,
-                                                                "config": cfg.to_dict()})
+                _save_checkpoint(checkpoint, model, opt_state, {"step": s, "history": hist, "config": cfg.to_dict()})
             if hist["stopped_step"] is not None or hist.get("diverged_step") is not None:
                 break
     bar.close()
