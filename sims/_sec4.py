@@ -325,7 +325,8 @@ def induction_note(cfg: dict) -> str:
 def group_note(cfg: dict) -> str:
     """The group settings of the flip runs, for a figure title."""
     r = cfg["group_runs"][0]
-    return (f"{cfg['scale']} scale: {r['n_layers']} layer × {r['n_heads']} head, d={r['d_model']}, vocab {r['vocab']}, "
+    return (f"{cfg['scale']} scale: {r['n_layers']} layer × {r['n_heads']} head, d={r['d_model']}, "
+            f"vocab {r['vocab']}, "
             f"{r['n_train'] // 1000}k seq. × {r['epochs']} epochs (batch {r['batch']}), lr {r['lr']:g}, "
             f"{r['n_pairs']} pairs; {seed_text(cfg)}")
 
