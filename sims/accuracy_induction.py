@@ -24,6 +24,7 @@ def plot(data: dict, cfg: dict):
     _sec4.bars_by_kernel(ax, acc, cfg, ylabel="induction accuracy", fmt="{:.2f}", available=data["ind_available"],
                          diverged=data["diverged_step"], all_variants=cfg["scale"] == "paper")
     ax.axhline(0.95, color="0.4", linestyle="--", linewidth=0.7)
+    ax.tick_params(axis="x", labelrotation=35)
     ax.set_ylim(0, 1.12)
     ax.set_title("final accuracy (chance 1/49)", fontsize=7, pad=14)
     cols = style.colors(len(cfg["variants"]))
