@@ -1,20 +1,21 @@
-"""Shared config and data of the five Sec. 4 figures (SPEC §7): one table of runs, many views.
+"""Shared config and data of the five Sec. 4 figures: one table of runs, many views.
 
-Every figure id (``sinks-induction``, ``accuracy-induction``, ``flip-rate``, ``sparsity-heads``,
-``attn-patterns``) gathers the same per-run results (``sims.transformer.sweep.collect``) into
-arrays indexed ``[variant, seed, …]`` (NaN / ``available = False`` where a run is missing) and
-plots its own view. Runs are cached one file per ``(kernel, normalise, seed)``, so the first
-figure trains and the others load.
+The figures (``sinks-induction``, ``accuracy-induction``, ``flip-rate``, ``sparsity-heads``,
+``attn-patterns``) read the same per-run results (``sims.transformer.sweep.collect``), run as the
+authors' code runs them (``tml-epfl/softmax``; paper Sec. 4): induction runs of the sink grid
+(every variant at 4 heads; at paper scale also 1 head for softmax, sigmoid and linear w/o norm)
+and group runs of the flip grid (1 layer × 1 head, vocab 41, MLP on/off × LayerNorm on/off, and
+the 2 layers × 4 heads softmax control). Each figure gathers only the task it shows, so in a
+fresh build ``sinks-induction`` trains the induction runs, ``flip-rate`` the group runs, and
+the others load them (runs are cached one file per setting, named by a hash of the settings).
 
-Scale and cost (2 CPU cores): ``--quick`` trains 3 variants (softmax, sigmoid and linear
-without normalisation) of the paper-size model on 25.6k sequences for at most 800 steps of
-batch 128, one seed: 425 s for the five figures in a fresh-clone CI run. Paper scale trains
-the 11 variants on 100k sequences (a training step of batch 256 takes 0.18–0.22 s on idle
-cores, 0.8–3.8 s on shared ones; ≈ 25 min per variant whose induction model does not stop
-early, group model included); it trains only the runs that have no result file yet, and the
-group model of a result written when group models still stopped early (their induction part is
-kept), resuming from checkpoints. Set ``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only
-(missing variants are labelled in the figures).
+Scale: ``--quick`` (CI) trains 3 variants (softmax, sigmoid and linear w/o norm) at a smaller
+but faithful configuration (``QUICK_INDUCTION`` / ``QUICK_GROUPS`` in
+``sims/transformer/sweep.py``: same tasks, model, initialisation, loss and measurements; d_model
+64 and fewer sequences), stated in every figure. Paper scale trains the 11 variants (hours on 2
+CPU cores: a 10-epoch induction run is 3,910 steps); it trains only the runs that have no
+result file yet (committed ones in ``figures/transformer-runs/paper/`` first). Set
+``GRADFLOW_SEC4_TRAIN=0`` to plot from the finished runs only (missing runs are labelled).
 """
 
 from __future__ import annotations
@@ -23,29 +24,31 @@ import os
 
 import numpy as np
 
-from .transformer.sweep import QUICK_VARIANTS, VARIANTS, collect, find_result, run_config, variant_name
-from .transformer.train import groups_stopped_early
+from .transformer.sweep import (QUICK_VARIANTS, VARIANTS, applies, collect, find_result, group_runs, induction_runs,
+                                make_config, variant_name)
+from .transformer.train import run_name
 
-__all__ = ["config", "compute", "VARIANT_LABELS", "variant_label"]
+__all__ = ["config", "compute", "VARIANT_LABELS", "variant_label", "figure"]
 
-SEEDS = (0,)  # compute budget: one seed, while SPEC §7 asks for SPEC_SEEDS (stated on every figure)
-SPEC_SEEDS = (0, 1, 2, 3, 4)
+SEEDS = (0,)  # compute budget: one seed, while the paper's grids use seeds 0–4 (stated on every figure)
+PAPER_SEEDS = (0, 1, 2, 3, 4)
+OLD_STOP_STEP = 1649
+"""The step at which an earlier, unfaithful version of our softmax run stopped early (epoch 4.2)."""
 
 
 def seed_note(cfg: dict) -> dict:
-    """``{"seeds": [...], "spec_seeds": [0, ..., 4]}``: the seeds run vs. those SPEC §7 asks for,
-    merged into every Sec. 4 figure's summary so the deviation is on record."""
-    return {"seeds": list(cfg["seeds"]), "spec_seeds": list(SPEC_SEEDS)}
+    """``{"seeds": [...], "paper_seeds": [0, ..., 4]}``: the seeds run vs. the authors' grid."""
+    return {"seeds": list(cfg["seeds"]), "paper_seeds": list(PAPER_SEEDS)}
 
 
-def figure(id: str, title: str, plot, summary):
-    """The registry entry of a Sec. 4 figure: the shared :func:`config` and :func:`compute`,
-    hours-long at paper scale, and ``summary`` with :func:`seed_note` merged in."""
+def figure(id: str, title: str, plot, summary, tasks=("induction", "groups")):
+    """The registry entry of a Sec. 4 figure showing ``tasks``: the shared :func:`config` and
+    :func:`compute` (hours-long at paper scale), ``summary`` with :func:`seed_note` merged in."""
     from ._registry import Figure
 
-    return Figure(id=id, title=title, config=config, compute=compute, plot=plot,
+    return Figure(id=id, title=title, config=lambda quick: config(quick, tasks), compute=compute, plot=plot,
                   summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True,
-                  version=2)  # 2: group models train every epoch
+                  version=3)  # 3: the authors' settings (earlier results are not reused)
 
 
 def per_variant(row):
@@ -53,8 +56,11 @@ def per_variant(row):
     (``data`` :func:`unpack`-ed first), ``None`` for a variant without any available run."""
     def summary(data: dict, cfg: dict) -> dict:
         data = unpack(data)
-        return {name: row(data, cfg, i) if data["available"][i].any() else None
-                for i, name in enumerate(cfg["variants"])}
+        have = np.zeros(len(cfg["variants"]), bool)
+        for key in ("ind_available", "grp_available"):
+            if key in data:
+                have |= data[key].any(axis=1)
+        return {name: row(data, cfg, i) if have[i] else None for i, name in enumerate(cfg["variants"])}
     return summary
 
 
@@ -62,77 +68,138 @@ def _train_missing(quick: bool) -> bool:
     return quick or os.environ.get("GRADFLOW_SEC4_TRAIN", "1") != "0"
 
 
-def config(quick: bool) -> dict:
-    """Figure config: scale, variants, seeds, the run settings, and (paper scale) which runs
-    are finished, so the cached figure data is recomputed when a new run lands."""
+def _public(settings: dict) -> dict:
+    return {k: v for k, v in settings.items() if not k.startswith("_")}
+
+
+def _recorded(task: str, settings: dict) -> dict:
+    """The settings a figure records for one grid entry (the full config minus kernel/normalise)."""
+    d = make_config(task, "softmax", True, settings).to_dict()
+    for key in ("kernel", "normalise", "task"):
+        d.pop(key)
+    if "_only" in settings:
+        d["only_variants"] = settings["_only"]
+    return d
+
+
+def config(quick: bool, tasks=("induction", "groups")) -> dict:
+    """Figure config: scale, variants, seeds, the grid settings of each shown task (every
+    :class:`~sims.transformer.train.RunConfig` field: ``n_layers``, ``n_heads``, ``vocab``,
+    ``shift_query``, ``early_stop``, ``lr``, ``sink_rows`` …) and whether missing runs are trained."""
     variants = QUICK_VARIANTS if quick else VARIANTS
-    run = run_config("softmax", True, 0, quick).to_dict()
-    for key in ("kernel", "normalise", "seed"):
-        run.pop(key)
     cfg = {"scale": "quick" if quick else "paper", "variants": [variant_name(*v) for v in variants],
-           "seeds": list(SEEDS), "run": run, "train_missing": _train_missing(quick)}
-    if not quick:
-        hits = {variant_name(k, n) + f"-s{s}": find_result(run_config(k, n, s, quick), quick)
-                for k, n in variants for s in SEEDS}
-        cfg["finished"] = [name + (" (groups stopped early)" if groups_stopped_early(hit[1]) else "")
-                           for name, hit in hits.items() if hit is not None]
+           "seeds": list(SEEDS), "tasks": list(tasks), "train_missing": _train_missing(quick)}
+    if "induction" in tasks:
+        cfg["induction_runs"] = [_recorded("induction", s) for s in induction_runs(quick, SEEDS)]
+    if "groups" in tasks:
+        cfg["group_runs"] = [_recorded("groups", s) for s in group_runs(quick, SEEDS)]
+    if not quick:  # which runs are finished: the cached figure data is recomputed when one lands
+        cfg["finished"] = sorted(
+            run_name(make_config(task, k, n, s)) for task in tasks for k, n in variants
+            for s in _settings(cfg, task) if applies(k, n, s)
+            and find_result(make_config(task, k, n, s), quick) is not None)
     return cfg
 
 
+def _settings(cfg: dict, task: str) -> list[dict]:
+    """Back from the recorded settings to grid settings (``only_variants`` -> ``_only``)."""
+    out = []
+    for d in cfg["induction_runs" if task == "induction" else "group_runs"]:
+        s = {k: v for k, v in d.items() if k != "only_variants"}
+        s["sink_rows"] = tuple(s["sink_rows"])
+        if "only_variants" in d:
+            s["_only"] = d["only_variants"]
+        out.append(s)
+    return out
+
+
+MISSING = -1e30
+"""Stored for a missing value (the figure cache refuses NaN); :func:`unpack` turns it into NaN."""
+
+
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
-    """Arrays ``[V, S, …]`` over variants × seeds (see the module docstring)."""
+    """Arrays over variants × grid settings: ``ind_*`` ``[V, R, …]`` for the induction runs,
+    ``grp_*`` ``[V, G, …]`` for the group runs (NaN / ``available = False`` where a run is missing)."""
     quick = cfg["scale"] == "quick"
     names = cfg["variants"]
-    variants = [v for v in VARIANTS if variant_name(*v) in names]
-    variants.sort(key=lambda v: names.index(variant_name(*v)))
-    res = collect(variants, cfg["seeds"], quick, train_missing=cfg["train_missing"], progress=progress)
-    V, S = len(variants), len(cfg["seeds"])
-    L, H, T = cfg["run"]["n_layers"], cfg["run"]["n_heads"], cfg["run"]["n_context"] + 2
-    n_evals = cfg["run"]["epochs"] * cfg["run"]["evals_per_epoch"] + 1
-    out = {
-        "available": np.zeros((V, S), bool),
-        "induction_acc": np.full((V, S), np.nan), "group_acc": np.full((V, S), np.nan),
-        "flip_rate": np.full((V, S), np.nan), "n_pairs": np.zeros((V, S), int),
-        "bos_share": np.full((V, S, L, H), np.nan),
-        "sparsity_induction": np.full((V, S, L, H), np.nan), "sparsity_groups": np.full((V, S, L, H), np.nan),
-        "example_maps": np.full((V, S, L, H, T, T), np.nan), "example_tokens": np.zeros((V, S, T), int),
-        "curve_step": np.full((V, S, n_evals), np.nan), "curve_acc": np.full((V, S, n_evals), np.nan),
-        "steps_per_epoch": np.zeros((V, S), int),
-        "above_step": np.full((V, S), np.nan), "stopped_step": np.full((V, S), np.nan),
-        "stopped_step_groups": np.full((V, S), np.nan),
-        "diverged_step": np.full((V, S), np.nan), "diverged_step_groups": np.full((V, S), np.nan),
-        "step_seconds": np.full((V, S), np.nan), "train_seconds": np.full((V, S), np.nan),
-    }
-    for i, v in enumerate(variants):
-        for j, seed in enumerate(cfg["seeds"]):
-            r = res.get((variant_name(*v), seed))
-            if r is None:
-                continue
-            hi, hg = r["history_induction"], r["history_groups"]
-            out["available"][i, j] = True
-            keys = ["example_tokens"]  # a diverged model's measurements are left missing (NaN)
-            if not hi.get("diverged_step"):
-                keys += ["induction_acc", "bos_share", "sparsity_induction", "example_maps"]
-            if not hg.get("diverged_step"):
-                keys += ["group_acc", "flip_rate", "n_pairs", "sparsity_groups"]
-            for key in keys:
-                out[key][i, j] = r[key]
-            n = len(hi["step"])
-            out["curve_step"][i, j, :n], out["curve_acc"][i, j, :n] = hi["step"], hi["acc"]
-            out["steps_per_epoch"][i, j] = hi["steps_per_epoch"]
-            for key, h, src in (("above_step", hi, "above_step"), ("stopped_step", hi, "stopped_step"),
-                                ("stopped_step_groups", hg, "stopped_step"), ("diverged_step", hi, "diverged_step"),
-                                ("diverged_step_groups", hg, "diverged_step")):
-                if h.get(src) is not None:
-                    out[key][i, j] = h[src]
-            out["step_seconds"][i, j] = hi["step_seconds"] or np.nan
-            out["train_seconds"][i, j] = hi["train_seconds"] + hg["train_seconds"]
-    # the figure cache refuses non-finite data: "missing" is stored as -1 (every measured
-    # quantity here is >= 0) and turned back into NaN by unpack() before plotting
+    variants = sorted([v for v in VARIANTS if variant_name(*v) in names], key=lambda v: names.index(variant_name(*v)))
+    V = len(variants)
+    out: dict[str, np.ndarray] = {}
+    if "induction" in cfg["tasks"]:
+        settings = _settings(cfg, "induction")
+        res = collect("induction", variants, settings, quick, train_missing=cfg["train_missing"], progress=progress)
+        R = len(settings)
+        L = max(s["n_layers"] for s in cfg["induction_runs"])
+        H = max(s["n_heads"] for s in cfg["induction_runs"])
+        T = cfg["induction_runs"][0]["n_context"] + 2
+        E = max(s["epochs"] * s["evals_per_epoch"] for s in cfg["induction_runs"])
+        o = {
+            "ind_available": np.zeros((V, R), bool), "induction_acc": np.full((V, R), np.nan),
+            "bos_share": np.full((V, R, L, H), np.nan), "bos_share_rowwise": np.full((V, R, L, H), np.nan),
+            "sparsity_induction": np.full((V, R, L, H), np.nan),
+            "example_maps": np.full((V, L, H, T, T), np.nan), "example_tokens": np.zeros((V, T), int),
+            "curve_step": np.full((V, R, E), np.nan), "curve_acc": np.full((V, R, E), np.nan),
+            "curve_bos": np.full((V, R, E, H), np.nan), "steps_per_epoch": np.ones((V, R), int),
+            "diverged_step": np.full((V, R), np.nan), "step_seconds": np.full((V, R), np.nan),
+            "train_seconds": np.full((V, R), np.nan),
+        }
+        for i, v in enumerate(variants):
+            for r in range(R):
+                res_ = res.get((variant_name(*v), r))
+                if res_ is None:
+                    continue
+                h = res_["history"]
+                o["ind_available"][i, r] = True
+                nh = res_["bos_share"].shape[-1]
+                if not h.get("diverged_step"):  # a diverged model's measurements are left missing
+                    o["induction_acc"][i, r] = res_["induction_acc"]
+                    o["bos_share"][i, r, :, :nh] = res_["bos_share"]
+                    o["bos_share_rowwise"][i, r, :, :nh] = res_["bos_share_rowwise"]
+                    o["sparsity_induction"][i, r, :, :nh] = res_["sparsity"]
+                    if r == 0:
+                        o["example_maps"][i, :, :nh] = res_["example_maps"]
+                if r == 0:
+                    o["example_tokens"][i] = res_["example_tokens"]
+                n = len(h["step"])
+                o["curve_step"][i, r, :n], o["curve_acc"][i, r, :n] = h["step"], h["acc"]
+                o["curve_bos"][i, r, :n, :nh] = np.array([[np.nan if b is None else b for b in row]
+                                                          for row in h["bos"]], float)
+                o["steps_per_epoch"][i, r] = h["steps_per_epoch"]
+                if h.get("diverged_step") is not None:
+                    o["diverged_step"][i, r] = h["diverged_step"]
+                o["step_seconds"][i, r] = h["step_seconds"] or np.nan
+                o["train_seconds"][i, r] = h["train_seconds"]
+        out.update(o)
+    if "groups" in cfg["tasks"]:
+        settings = _settings(cfg, "groups")
+        res = collect("groups", variants, settings, quick, train_missing=cfg["train_missing"], progress=progress)
+        G = len(settings)
+        L = max(s["n_layers"] for s in cfg["group_runs"])
+        H = max(s["n_heads"] for s in cfg["group_runs"])
+        o = {
+            "grp_available": np.zeros((V, G), bool), "group_acc": np.full((V, G), np.nan),
+            "flip_rate": np.full((V, G), np.nan), "flip_per_head": np.full((V, G, L, H), np.nan),
+            "sparsity_groups": np.full((V, G, L, H), np.nan), "diverged_step_groups": np.full((V, G), np.nan),
+            "train_seconds_groups": np.full((V, G), np.nan),
+        }
+        for i, v in enumerate(variants):
+            for g in range(G):
+                res_ = res.get((variant_name(*v), g))
+                if res_ is None:
+                    continue
+                h = res_["history"]
+                o["grp_available"][i, g] = True
+                nl, nh = res_["flip_per_head"].shape
+                if h.get("diverged_step") is None:
+                    o["group_acc"][i, g] = res_["group_acc"]
+                    o["flip_rate"][i, g] = res_["flip_rate"]
+                    o["flip_per_head"][i, g, :nl, :nh] = res_["flip_per_head"]
+                    o["sparsity_groups"][i, g, :nl, :nh] = res_["sparsity"]
+                else:
+                    o["diverged_step_groups"][i, g] = h["diverged_step"]
+                o["train_seconds_groups"][i, g] = h["train_seconds"]
+        out.update(o)
     return {k: np.where(np.isnan(v), MISSING, v) if v.dtype.kind == "f" else v for k, v in out.items()}
-
-
-MISSING = -1.0
 
 
 def finite(values) -> list:
@@ -165,31 +232,31 @@ def variant_label(name: str) -> str:
 
 
 def kept(data: dict, stop_acc: float = 0.95) -> np.ndarray:
-    """Runs that count for the sink statistic: available and induction accuracy > ``stop_acc``."""
-    return data["available"] & (np.nan_to_num(data["induction_acc"]) > stop_acc)
+    """Induction runs that count for the sink statistic: available and accuracy > ``stop_acc``
+    (the authors' filter)."""
+    return data["ind_available"] & (np.nan_to_num(data["induction_acc"]) > stop_acc)
+
+
+def _sink_percent(data: dict, keep: np.ndarray) -> np.ndarray:
+    sinks = data["bos_share"][:, :, -1, :]  # (V, R, H), NaN beyond a run's heads
+    out = np.full(keep.shape[0], np.nan)
+    for i in range(keep.shape[0]):
+        heads = sinks[i][keep[i]]
+        heads = heads[np.isfinite(heads)]
+        if heads.size:
+            out[i] = 100 * np.mean(heads > 0.9)
+    return out
 
 
 def sink_percent(data: dict) -> np.ndarray:
-    """% of layer-2 heads with BOS share > 0.9 per variant, over kept runs (NaN if none kept)."""
-    keep = kept(data)
-    sinks = data["bos_share"][:, :, -1, :] > 0.9  # (V, S, H)
-    out = np.full(keep.shape[0], np.nan)
-    for i in range(keep.shape[0]):
-        if keep[i].any():
-            out[i] = 100 * sinks[i][keep[i]].mean()
-    return out
+    """% of last-layer heads with BOS share > 0.9 per variant, pooled over the heads of every kept
+    run (NaN if none kept)."""
+    return _sink_percent(data, kept(data))
 
 
 def sink_percent_all(data: dict) -> np.ndarray:
-    """As :func:`sink_percent` but over every available run, whatever its accuracy (diverged runs,
-    whose ``bos_share`` is NaN, are left out)."""
-    sinks = data["bos_share"][:, :, -1, :] > 0.9
-    measured = data["available"] & np.isfinite(data["bos_share"][:, :, -1, 0])  # not diverged
-    out = np.full(sinks.shape[0], np.nan)
-    for i in range(sinks.shape[0]):
-        if measured[i].any():
-            out[i] = 100 * sinks[i][measured[i]].mean()
-    return out
+    """As :func:`sink_percent` over every measured run, whatever its accuracy."""
+    return _sink_percent(data, data["ind_available"])
 
 
 KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
@@ -197,17 +264,17 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
                    available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0,
-                   legend_loc: str = "upper right", ran_label: str = "no run > 0.95",
-                   diverged: np.ndarray | None = None) -> None:
+                   ran_label: str = "no run > 0.95", diverged: np.ndarray | None = None,
+                   legend: bool = True) -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
-    "not run" (or "no run > 0.95" when the run exists), and with ``all_variants`` every Table 1
-    variant gets a slot so missing ones are visible; ``ran_label`` is the text for a NaN value
-    of a variant whose run exists, "diverged" where ``diverged[i]`` (the step at which the
-    training loss turned non-finite, NaN otherwise) is finite for every seed.
+    "not run" (or ``ran_label`` when the run exists, "diverged" where ``diverged[i]`` is finite
+    for every available run), and with ``all_variants`` every Table 1 variant gets a slot so
+    missing ones are visible. The legend goes above the axes, clear of the bars.
     """
     import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
 
     names = list(cfg["variants"])
     grid = [variant_name(k, n) for k in KERNEL_ORDER for n in (True, False) if not (k == "softmax" and not n)]
@@ -234,28 +301,56 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                 gone = (i is not None and diverged is not None and ran
                         and bool(np.all(np.isfinite(np.asarray(diverged[i])[np.asarray(available[i])]))))
                 label = "diverged" if gone else ran_label if ran else "not run"
-                ax.text(x, 0.02 * top, label, ha="center", va="bottom",
-                        fontsize=5, color="0.35", rotation=90)
-    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels])
+                ax.text(x, 0.02 * top, label, ha="center", va="bottom", fontsize=5, color="0.35", rotation=90)
+    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels], fontsize=6.5)
+    ax.set_xlim(-0.7, len(kernels) - 0.3)
     ax.set_ylabel(ylabel)
-    from matplotlib.patches import Patch
-
-    ax.legend([Patch(facecolor="0.5", edgecolor="k"), Patch(facecolor="0.8", hatch="///", edgecolor="k")],
-              ["normalised", "w/o normalisation"], loc=legend_loc, fontsize=6)
-
-
-def scale_note(cfg: dict, data: dict) -> str:
-    """One line for a figure's title: scale, model size, runs present / planned."""
-    r = cfg["run"]
-    have = int(data["available"].sum())
-    want = len(cfg["variants"]) * len(cfg["seeds"])
-    return (f"{cfg['scale']} scale: {r['n_layers']} layers, $d$={r['d_model']}, {r['n_heads']} heads, "
-            f"{r['n_train']} seq., ≤{r['epochs']} epochs; {have}/{want} runs; {_seed_text(cfg)}")
+    if legend:
+        ax.legend([Patch(facecolor="0.5", edgecolor="k"), Patch(facecolor="0.8", hatch="///", edgecolor="k")],
+                  ["normalised", "w/o normalisation"], loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
+                  fontsize=5.5, frameon=False)
 
 
-def _seed_text(cfg: dict) -> str:
+def induction_note(cfg: dict) -> str:
+    """The induction settings of the main runs, for a figure title."""
+    r = cfg["induction_runs"][0]
+    heads = sorted({s["n_heads"] for s in cfg["induction_runs"]})
+    return (f"{cfg['scale']} scale: {r['n_layers']} layers, d={r['d_model']}, heads {heads}, "
+            f"{r['n_train'] // 1000}k seq. × {r['epochs']} epochs (batch {r['batch']}), lr {r['lr']:g}, "
+            f"vocab {r['vocab']}{' + shifted q' if r['shift_query'] else ''}, "
+            f"BOS share rows {r['sink_rows'][0]}…{r['sink_rows'][1]}, "
+            f"{'early stop' if r['early_stop'] else 'no early stop'}; {seed_text(cfg)}")
+
+
+def group_note(cfg: dict) -> str:
+    """The group settings of the flip runs, for a figure title."""
+    r = cfg["group_runs"][0]
+    return (f"{cfg['scale']} scale: {r['n_layers']} layer × {r['n_heads']} head, d={r['d_model']}, "
+            f"vocab {r['vocab']}, "
+            f"{r['n_train'] // 1000}k seq. × {r['epochs']} epochs (batch {r['batch']}), lr {r['lr']:g}, "
+            f"{r['n_pairs']} pairs; {seed_text(cfg)}")
+
+
+def seed_text(cfg: dict) -> str:
     seeds = list(cfg["seeds"])
-    if seeds == list(SPEC_SEEDS):
-        return f"seeds {SPEC_SEEDS[0]}–{SPEC_SEEDS[-1]}"
+    if seeds == list(PAPER_SEEDS):
+        return f"seeds {PAPER_SEEDS[0]}–{PAPER_SEEDS[-1]}"
     return (f"seed {seeds[0]} only" if len(seeds) == 1 else f"seeds {seeds}") + \
-        f" (SPEC: {SPEC_SEEDS[0]}–{SPEC_SEEDS[-1]})"
+        f" (authors: {PAPER_SEEDS[0]}–{PAPER_SEEDS[-1]})"
+
+
+def nan_reduce(fn, a, axis=None):
+    """``fn`` (``np.nanmax``, ``np.nanmean`` …) without the warning on all-NaN slices (they give NaN)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(a, axis=axis)
+
+
+def suptitle(fig, text: str, width: int = 140, fontsize: float = 6.5) -> None:
+    """A figure title wrapped to ``width`` characters per line (long settings lines would widen
+    the saved figure)."""
+    import textwrap
+
+    fig.suptitle("\n".join(textwrap.fill(part, width) for part in text.split("\n")), fontsize=fontsize)

@@ -1,11 +1,14 @@
-"""Sec. 4 of the paper in JAX: attention kernels (Table 1), the induction and group tasks, a small
-decoder-only transformer (equinox) trained with optax AdamW, and the measurements (sink heads,
-induction accuracy, one-token flip rate, per-head sparsity). SPEC §7."""
+"""Sec. 4 of the paper in JAX, as the authors' code (``tml-epfl/softmax``) runs it: attention
+kernels (Table 1), the induction and group tasks, a small transformer (equinox) trained with
+optax AdamW, and the measurements (BOS share and sink heads, induction accuracy, the one-token
+flip attack, per-head sparsity)."""
 
 from .kernels import KERNELS, attention_weights
 from .model import Transformer, init_transformer
 from .tasks import group_batch, induction_batch
-from .train import RunConfig, load_result, measure_groups, measure_induction, run, train
+from .train import (RunConfig, bos_share, flip_attack, group_config, induction_config, load_result, measure, run,
+                    train)
 
 __all__ = ["KERNELS", "attention_weights", "Transformer", "init_transformer", "group_batch", "induction_batch",
-           "RunConfig", "load_result", "measure_groups", "measure_induction", "run", "train"]
+           "RunConfig", "induction_config", "group_config", "load_result", "measure", "run", "train", "bos_share",
+           "flip_attack"]

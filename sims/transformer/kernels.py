@@ -1,4 +1,8 @@
-"""Attention kernels of the paper's Table 1 (SPEC §7), one head, with or without normalisation.
+"""Attention kernels of the paper's Table 1, one head, with or without normalisation.
+
+As the authors' ``src/attention.py`` (``tml-epfl/softmax``) computes them; their names: our
+``elu`` is their ``coupled_linear``, ``elu-elu`` their ``linear``, ``linear`` their
+``raw_dotproduct``.
 
 Every kernel maps a query block ``q (T_q, d_h)`` and a key block ``k (T_k, d_h)`` to attention
 weights ``w (T_q, T_k)``; the head's output is ``w @ v``.
@@ -80,7 +84,7 @@ def attention_weights(
     causal: bool = False,
     phi=None,
 ) -> Float[Array, "Tq Tk"]:
-    """Attention weights of one head under ``kernel`` (SPEC §7, paper Table 1).
+    """Attention weights of one head under ``kernel`` (paper Table 1).
 
     **Arguments:**
 

@@ -1,21 +1,28 @@
-"""The kernel grid of Sec. 4: which variants, at which scale, and where their results live.
+"""The run grids of Sec. 4: which runs, at which scale, and where their results live.
 
-``python -m sims.transformer.sweep [--quick] [--variants NAME ...] [--seeds 0 1 …]`` trains the
-missing runs one after another (resumable: kill it and start it again) into the git-ignored
-cache ``.cache/transformer/MODE/``. Finished result files that are committed to the repository
-(``figures/transformer-runs/MODE/``) are used first, so the gallery does not need the cache.
+``python -m sims.transformer.sweep GRID [--quick] [--variants NAME ...] [--seeds 0 1 …]`` trains
+the missing runs of a grid one after another (resumable: kill it and start it again) into the
+git-ignored cache ``.cache/transformer/MODE/``, then copies each finished result file into
+``figures/transformer-runs/MODE/`` (``--commit-dir``) for the gallery. Grids (paper Sec. 4,
+the authors' ``sweeps/*.yaml`` as the paper's panels filter them):
+
+- ``sinks``: induction runs, every variant at 4 heads, plus 1 head for softmax, sigmoid w/o
+  norm and linear w/o norm (lr 1e-3; ``--lrs`` adds more, ``--heads`` changes the head counts);
+- ``flips``: group runs at 1 layer × 1 head, vocab 41, MLP on/off × LayerNorm on/off;
+- ``control``: the group run of softmax at 2 layers × 4 heads, MLP and LayerNorm on.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 
-from .train import RunConfig, groups_stopped_early, load_result, run, run_name
+from .train import RunConfig, group_config, induction_config, load_result, run, run_name
 
-__all__ = ["VARIANTS", "QUICK_VARIANTS", "run_config", "find_result", "result_path", "collect", "CACHE",
-           "COMMITTED"]
+__all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
+           "collect", "CACHE", "COMMITTED", "QUICK_INDUCTION", "QUICK_GROUPS", "MLP_LN"]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CACHE = os.path.join(ROOT, ".cache", "transformer")
@@ -30,24 +37,65 @@ VARIANTS: tuple[tuple[str, bool], ...] = (
 QUICK_VARIANTS = VARIANTS[:3]
 """``--quick`` trains softmax, sigmoid without and linear without normalisation."""
 
-PAPER = dict(d_model=128, n_layers=2, n_heads=4, n_train=100_000, epochs=10, batch=256, n_test=2000)
-"""Paper scale (SPEC §7)."""
+ONE_HEAD_VARIANTS = VARIANTS[:3]
+"""Variants that the sink grid also trains with 1 head."""
 
-QUICK = dict(d_model=128, n_layers=2, n_heads=4, n_train=25_600, epochs=4, batch=128, n_test=1000,
-             evals_per_epoch=2)
-"""CI scale: the paper's model on about one paper epoch's worth of sequences (102k seen in 800
-steps). That budget does not learn induction proper: the quick runs only learn that the target
-is a context token (accuracy about 1/9, chance over the vocabulary 1/50); in our trials a
-``d_model = 64`` model stayed there for 3000 steps too, and the paper-size run (batch 256) left
-it after about 300 steps. Quick mode checks the pipeline end to end, not the paper's numbers."""
+MLP_LN = ((True, True), (True, False), (False, True), (False, False))
+"""``(use_mlp, use_layernorm)`` of the four flip panels (paper Sec. 4.2)."""
+
+QUICK_INDUCTION = dict(d_model=64, n_train=19_200, epochs=8, batch=128, evals_per_epoch=2)
+"""CI scale of the induction runs (the task, kernel, initialisation and loss as at paper scale):
+d_model 64 and 19.2k sequences of batch 128 for 8 epochs (1,200 steps); 1,000 evaluation sequences."""
+
+QUICK_GROUPS = dict(d_model=64)
+"""CI scale of the group runs: the paper's (1 layer × 1 head, vocab 41, 10k sequences × 10
+epochs of batch 256 = 400 steps, 500 attack pairs) at d_model 64, for two of the four
+MLP × LayerNorm panels (:data:`QUICK_MLP_LN`) and without the 2 × 4 control."""
+
+QUICK_MLP_LN = ((True, True), (False, False))
 
 
 def variant_name(kernel: str, normalise: bool) -> str:
     return f"{kernel}-{'norm' if normalise else 'raw'}"
 
 
-def run_config(kernel: str, normalise: bool, seed: int, quick: bool) -> RunConfig:
-    return RunConfig(kernel=kernel, normalise=normalise, seed=seed, **(QUICK if quick else PAPER))
+def induction_runs(quick: bool, seeds=(0,), lrs=(1e-3,), heads=(4,), one_head: bool = True) -> list[dict]:
+    """Induction settings of the sink grid, as dicts of :class:`RunConfig` overrides (without
+    kernel and normalisation): ``heads × lrs × seeds`` (quick: 4 heads, lr 1e-3, at
+    :data:`QUICK_INDUCTION`), plus 1 head (for :data:`ONE_HEAD_VARIANTS` only) if ``one_head``."""
+    base = QUICK_INDUCTION if quick else {}
+    out = [{**base, "n_heads": h, "lr": lr, "seed": s} for h in heads for lr in lrs for s in seeds]
+    if one_head and not quick:
+        only = [variant_name(*v) for v in ONE_HEAD_VARIANTS]
+        out += [{**base, "n_heads": 1, "lr": lr, "seed": s, "_only": only} for lr in lrs for s in seeds
+                if 1 not in heads]
+    return out
+
+
+def group_runs(quick: bool, seeds=(0,), combos=MLP_LN, control: bool = True) -> list[dict]:
+    """Group settings of the flip grid (overrides of :func:`group_config`): ``combos`` of
+    ``(use_mlp, use_layernorm)`` × ``seeds`` at 1 layer × 1 head, plus (``control``) the
+    2 layers × 4 heads softmax control with MLP and LayerNorm (softmax only). Quick:
+    :data:`QUICK_GROUPS` for :data:`QUICK_MLP_LN`, no control."""
+    base = QUICK_GROUPS if quick else {}
+    combos = QUICK_MLP_LN if quick else combos
+    out = [{**base, "use_mlp": m, "use_layernorm": ln, "seed": s} for m, ln in combos for s in seeds]
+    if control and not quick:
+        out += [{**base, "n_layers": 2, "n_heads": 4, "seed": s, "_only": ["softmax-norm"]} for s in seeds[:1]]
+    return out
+
+
+def applies(kernel: str, normalise: bool, settings: dict) -> bool:
+    """Whether the grid runs ``settings`` for this variant: an ``"_only"`` key lists the variant
+    names a setting is run for (the 1-head induction runs, the 2 × 4 group control)."""
+    only = settings.get("_only")
+    return only is None or variant_name(kernel, normalise) in only
+
+
+def make_config(task: str, kernel: str, normalise: bool, settings: dict) -> RunConfig:
+    """The :class:`RunConfig` of ``task`` for a variant and one grid setting (``_``-keys dropped)."""
+    make = induction_config if task == "induction" else group_config
+    return make(kernel, normalise, **{k: v for k, v in settings.items() if not k.startswith("_")})
 
 
 def _mode(quick: bool) -> str:
@@ -55,60 +103,76 @@ def _mode(quick: bool) -> str:
 
 
 def find_result(cfg: RunConfig, quick: bool) -> tuple[str, dict] | None:
-    """``(path, result)`` of the finished result of ``cfg`` (committed first, then the cache), or
-    ``None``; one whose group model was stopped early (an older version) only if there is no other."""
-    found = []
+    """``(path, result)`` of the finished result of ``cfg`` (committed first, then the cache), or ``None``."""
     for base in (COMMITTED, CACHE):
         path = os.path.join(base, _mode(quick), run_name(cfg) + ".npz")
         if os.path.exists(path):
             res = load_result(path)
             if res["config"] == cfg.to_dict():
-                if not groups_stopped_early(res):
-                    return path, res
-                found.append((path, res))
-    return found[0] if found else None
+                return path, res
+    return None
 
 
-def result_path(cfg: RunConfig, quick: bool) -> str | None:
-    """The path of :func:`find_result`, or ``None``."""
-    hit = find_result(cfg, quick)
-    return hit[0] if hit else None
-
-
-def collect(variants, seeds, quick: bool, *, train_missing: bool, progress: bool = True) -> dict:
-    """Results per ``(variant name, seed)``. With ``train_missing``, missing runs are trained, and
-    the group model of a result whose group model an older version stopped early is trained on
-    (:func:`run`); without, missing runs are left out and such results are returned as they are."""
+def collect(task: str, variants, settings: list[dict], quick: bool, *, train_missing: bool,
+            progress: bool = True) -> dict:
+    """Results per ``(variant name, index into settings)``; with ``train_missing`` missing runs are
+    trained (into the cache), without they are left out."""
     out = {}
     for kernel, normalise in variants:
-        for seed in seeds:
-            cfg = run_config(kernel, normalise, seed, quick)
+        for j, s in enumerate(settings):
+            if not applies(kernel, normalise, s):
+                continue
+            cfg = make_config(task, kernel, normalise, s)
             hit = find_result(cfg, quick)
             res = hit[1] if hit else None
-            if train_missing and (res is None or groups_stopped_early(res)):
-                res = run(cfg, os.path.join(CACHE, _mode(quick)), progress=progress, previous=res)
+            if res is None and train_missing:
+                res = run(cfg, os.path.join(CACHE, _mode(quick)), progress=progress)
             if res is not None:
-                out[(variant_name(kernel, normalise), seed)] = res
+                out[(variant_name(kernel, normalise), j)] = res
     return out
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m sims.transformer.sweep", description=__doc__.splitlines()[0])
+    p.add_argument("grid", choices=["sinks", "flips", "control"])
     p.add_argument("--quick", action="store_true", help="CI scale instead of paper scale")
     names = {variant_name(*v): v for v in VARIANTS}
     p.add_argument("--variants", nargs="*", default=None, choices=sorted(names), metavar="VARIANT",
                    help=f"variant names (default: all, in this order: {list(names)})")
     p.add_argument("--seeds", nargs="*", type=int, default=[0])
+    p.add_argument("--lrs", nargs="*", type=float, default=[1e-3])
+    p.add_argument("--heads", nargs="*", type=int, default=[4])
+    p.add_argument("--commit-dir", action="store_true",
+                   help="copy each finished result into figures/transformer-runs/MODE/")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     chosen = [names[n] for n in args.variants] if args.variants else list(VARIANTS)
-    for v in chosen:
-        for seed in args.seeds:
-            res = collect([v], [seed], args.quick, train_missing=True, progress=not args.no_progress)
-            r = res[(variant_name(*v), seed)]
-            print(f"{r['name']}: induction acc {r['induction_acc']:.3f}, sink heads "
-                  f"{int(r['sink_heads'].sum())}/{r['sink_heads'].size}, flip rate {r['flip_rate']:.3f}, "
-                  f"stopped at step {r['history_induction']['stopped_step']}", flush=True)
+    if args.grid == "sinks":
+        task, settings = "induction", induction_runs(args.quick, args.seeds, args.lrs, args.heads)
+    elif args.grid == "flips":
+        task, settings = "groups", group_runs(args.quick, args.seeds, control=False)
+    else:
+        task, settings = "groups", [s for s in group_runs(args.quick, args.seeds) if "_only" in s]
+    for s in settings:
+        for v in chosen:
+            if not applies(*v, s):
+                continue
+            res = collect(task, [v], [s], args.quick, train_missing=True, progress=not args.no_progress)
+            r = res[(variant_name(*v), 0)]
+            cfg = make_config(task, *v, s)
+            if args.commit_dir:
+                dest = os.path.join(COMMITTED, _mode(args.quick), run_name(cfg) + ".npz")
+                if not os.path.exists(dest):
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                    src = os.path.join(CACHE, _mode(args.quick), run_name(cfg) + ".npz")
+                    shutil.copyfile(src, dest + ".tmp")
+                    os.replace(dest + ".tmp", dest)
+            if task == "induction":
+                line = (f"induction acc {r['induction_acc']:.3f}, layer-2 BOS shares "
+                        f"{[round(float(b), 3) for b in r['bos_share'][-1]]}")
+            else:
+                line = f"group acc {r['group_acc']:.3f}, flip rate {r['flip_rate']:.3f}"
+            print(f"{r['name']} {s}: {line}", flush=True)
     return 0
 
 
