@@ -218,8 +218,9 @@ def _parser() -> argparse.ArgumentParser:
 
     f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
             description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "
-                        "Sec. 4 transformer ids at paper scale train 11 models (about 4 h on 2 idle cores), "
-                        "--quick trains 3 (about 7 min). An unchanged config re-plots from the cached ID.npz.")
+                        "Sec. 4 transformer ids at paper scale train the sink and flip grids (11 kernels; about 1 h "
+                        "per induction run on 2 cores, days for the whole grid; resumable, committed runs reused), "
+                        "--quick trains 3 induction and 6 group models (about 6 min). An unchanged config re-plots from the cached ID.npz.")
     f.add_argument("ids", nargs="*", help="figure ids (default: all; see --list)")
     f.add_argument("--list", action="store_true", help="list the figure ids and exit")
     figure_opts(f)
@@ -247,8 +248,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",
-                   help="build the Sec. 4 transformer figures at paper scale (trains 11 models: about 4 h on "
-                        "2 idle CPU cores; resumable) instead of quick mode (3 models, about 7 min)")
+                   help="build the Sec. 4 transformer figures at paper scale (the sink and flip grids of 11 "
+                        "kernels: days on 2 CPU cores; resumable, committed runs reused) instead of quick mode "
+                        "(3 induction and 6 group models, about 6 min)")
     r.set_defaults(func=_cmd_reproduce)
 
     w = add(

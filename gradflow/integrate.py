@@ -392,7 +392,7 @@ def integrate(
     t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver, bool(steady))
     lanes = jax.tree.map(lambda x: x[None], params0)
     out = _batch.run(user.flow(bool(steady)), args, lanes, taus, t1, rtol, atol, name, max_steps, False,
-                     jax.devices()[:1], keep=len(ts), lane=0)
+                     jax.local_devices()[:1], keep=len(ts), lane=0)
     return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, bool(steady)))
 
 
@@ -421,7 +421,7 @@ def integrate_batch(
     data set or teacher per lane). Every array of the returned :class:`gradflow.Solution` gains
     a leading axis ``B``; ``status`` is per lane. Lanes are solved in rounds (lanes still
     running after a round continue alone) and sharded over ``devices`` (default all of
-    ``jax.devices()``), as in :func:`gradflow.simulate_batch`; results do not depend on the
+    ``jax.local_devices()``), as in :func:`gradflow.simulate_batch`; results do not depend on the
     number of devices. Shapes and static settings are compiled once per process.
 
     **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``

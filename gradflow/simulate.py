@@ -131,7 +131,7 @@ def simulate(
     t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver,
                                                                bool(loss.has_finite_minimiser))
     out = _batch.run(value_softmax_flow(loss), (mdl, loss), (V0[None], a0[None]), taus, t1, rtol, atol, name,
-                     max_steps, False, jax.devices()[:1], keep=len(ts), lane=0)
+                     max_steps, False, jax.local_devices()[:1], keep=len(ts), lane=0)
     return _trajectory(out, ts, _meta(mdl, loss, name, rtol, atol, t1, max_steps))
 
 
@@ -158,8 +158,8 @@ def simulate_batch(
     Every array of the returned :class:`Trajectory` gains a leading axis ``B``; ``status``
     is per lane (a stiff or failing lane does not raise).
 
-    Lanes are sharded over ``devices`` (default: all of ``jax.devices()``, e.g. every GPU of
-    a host, or every host's devices after ``jax.distributed.initialize()``) with
+    Lanes are sharded over ``devices`` (default: all of ``jax.local_devices()``, e.g. every GPU of
+    this host; under ``jax.distributed`` each process solves on its own devices) with
     ``jax.sharding``; results do not depend on the number of devices. Solves run in rounds of
     :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
     so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)

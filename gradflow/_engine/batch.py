@@ -176,7 +176,7 @@ def _bucket(k: int, B: int, n_dev: int) -> int:
 
 def _place(tree, devices):
     """Shard the array leaves of ``tree`` along their leading (lane) axis over ``devices``."""
-    if len(devices) == 1 and devices[0] == jax.devices()[0]:
+    if len(devices) == 1 and devices[0] == jax.local_devices()[0]:
         return tree
     mesh = jax.sharding.Mesh(np.asarray(devices), ("lanes",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
@@ -301,11 +301,11 @@ def run(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_s
 
 
 def check_devices(devices) -> list:
-    """``devices`` as a list (default: all of ``jax.devices()``).
+    """``devices`` as a list (default: all of ``jax.local_devices()``: this process's devices).
 
     **Raises:** :class:`gradflow.GradflowValueError` unless a non-empty list of distinct devices or ``None``."""
     if devices is None:
-        return jax.devices()
+        return jax.local_devices()
     devices = list(devices) if isinstance(devices, (list, tuple)) else None
     if not devices or not all(isinstance(d, jax.Device) for d in devices) or len(set(devices)) != len(devices):
         raise bad_arg("devices", devices, "a non-empty list of distinct jax devices (e.g. jax.devices()[:2]) or None")
