@@ -78,21 +78,27 @@ def test_tied_field_matches_hand_formula(T):
 def test_rowwise_field_matches_hand_formula_at_temperature(T):
     """Row-wise model, ``n_r`` rows, ``s_t = softmax(A[t]/T)``, ``β_t = V s_t``,
     ``L = (1/n_r) Σ_t ℓ(β_t)``: ``−∇_V L = (1/n_r) Σ_t r_t s_tᵀ``,
-    ``−∇_{A[t]} L = J(s_t) Vᵀ r_t / (n_r T)``."""
+    ``−∇_{A[t]} L = J(s_t) Vᵀ r_t / (n_r T)``; ``γ = (1/n_r) Σ_t σ(−⟨β*, β_t⟩)`` and the loss the
+    mean of the per-row losses."""
     rng = np.random.RandomState(12)
     d, n = 3, 4
     V, A, b = rng.randn(d, n), rng.randn(n, n), rng.randn(d)
     model = gradflow.get_model("rowwise", temperature=T)
     dV, dA = gradflow.gradient_field(model, gradflow.LogisticTeacher(b), jnp.asarray(V), jnp.asarray(A))
     r_of = ref.logistic_residual(b)
-    hV, hA = np.zeros((d, n)), np.zeros((n, n))
+    hV, hA, hg, hL = np.zeros((d, n)), np.zeros((n, n)), 0.0, 0.0
     for t in range(n):
         s = ref.softmax(A[t] / T)
-        r, _ = r_of(V @ s)
+        r, g = r_of(V @ s)
         hV += np.outer(r, s) / n
         hA[t] = J(s) @ V.T @ r / (n * T)
+        hg += g / n
+        hL += np.logaddexp(0.0, -b @ V @ s) / n
     np.testing.assert_allclose(dV, hV, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(dA, hA, rtol=1e-12, atol=1e-15)
+    loss = gradflow.LogisticTeacher(b)
+    np.testing.assert_allclose(model.gamma(loss, jnp.asarray(V), jnp.asarray(A)), hg, rtol=1e-13)
+    np.testing.assert_allclose(model.loss(loss, jnp.asarray(V), jnp.asarray(A)), hL, rtol=1e-13)
 
 
 # ---------------------------------------------------------------- steady-state stop
