@@ -105,7 +105,7 @@ MUTATIONS = (
              "row-wise γ summed over rows (Γ T× too large)", "tests/test_reference_cases.py::test_rowwise_field_matches_hand_formula_at_temperature"),
     Mutation("u_normalised", "gradflow/models.py",
              "return V.T @ teacher", "return V.T @ teacher / jnp.linalg.norm(teacher)",
-             "u = Vᵀβ*/‖β*‖ instead of Vᵀβ*", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+             "u = Vᵀβ*/‖β*‖ instead of Vᵀβ*", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
     # ---- metrics
     Mutation("loss_metric_off", "gradflow/trajectory.py",
              '"loss": model.loss(loss, V, a),', '"loss": model.loss(loss, V, a) * (1 + 1e-4),',

@@ -40,6 +40,8 @@ def test_flow_at_temperature_matches_scipy(T):
     np.testing.assert_allclose(traj.V, Vr, rtol=0, atol=5e-9)
     np.testing.assert_allclose(traj.a, ar, rtol=0, atol=5e-9)
     np.testing.assert_allclose(traj.Gamma, Gr, rtol=0, atol=4e-9)
+    np.testing.assert_allclose(traj.u, np.einsum("tdn,d->tn", Vr, b), rtol=0, atol=5e-9)  # u = Vᵀβ*, ‖β*‖ ≠ 1
+    np.testing.assert_allclose(traj.loss, np.logaddexp(0.0, -np.einsum("tdn,tn,d->t", Vr, sr, b)), rtol=1e-8)
     # negative control: the T = 1 flow is far from the T reference (the test can tell them apart)
     plain = gradflow.simulate(gradflow.LogisticTeacher(b), V0, a0, t1=1e6, ts=ts, rtol=1e-11, atol=1e-13)
     assert np.max(np.abs(np.asarray(plain.s) - sr)) > 0.1
