@@ -241,11 +241,12 @@ def run_one(m: Mutation, work: Path, timeout: float, files=DEFAULT_FILES) -> dic
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.mutate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", nargs="*", help="mutation names to run (default: all)")
+    p.add_argument("--only", nargs="*", help="mutation names to run, in this order (default: all, in list order)")
     p.add_argument("--list", action="store_true", help="list the mutations and whether each text is found; run nothing")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per mutation (default 3600)")
     args = p.parse_args(argv)
-    chosen = [m for m in ALL if not args.only or m.name in args.only]
+    by_name = {m.name: m for m in ALL}
+    chosen = [by_name[n] for n in args.only if n in by_name] if args.only else list(ALL)  # in the order given
     unknown = set(args.only or ()) - {m.name for m in ALL}
     if unknown:
         p.error(f"unknown mutation names: {sorted(unknown)}")
