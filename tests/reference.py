@@ -46,22 +46,24 @@ def cross_entropy_residual(p_star):
     return r
 
 
-def field(V, a, residual):
-    s = softmax(a)
+def field(V, a, residual, temperature=1.0):
+    """``dV/dt = r sᵀ``, ``da/dt = J(s) Vᵀ r / T`` with ``s = softmax(a / T)`` (chain rule through
+    ``a / T``), and ``γ``."""
+    s = softmax(a / temperature)
     beta = V @ s
     r, gamma = residual(beta)
     J = np.diag(s) - np.outer(s, s)
-    return np.outer(r, s), J @ (V.T @ r), gamma
+    return np.outer(r, s), J @ (V.T @ r) / temperature, gamma
 
 
-def integrate(V0, a0, residual, ts, rtol=1e-13, atol=1e-15, method="DOP853"):
+def integrate(V0, a0, residual, ts, rtol=1e-13, atol=1e-15, method="DOP853", temperature=1.0):
     """Integrate in ``τ = log(1+t)``; returns ``(V (T,d,n), a (T,n), Gamma (T,))`` at ``ts``."""
     d, n = V0.shape
 
     def rhs(tau, y):
         V = y[: d * n].reshape(d, n)
         a = y[d * n : d * n + n]
-        dV, da, g = field(V, a, residual)
+        dV, da, g = field(V, a, residual, temperature)
         return np.exp(tau) * np.concatenate([dV.ravel(), da, [g]])
 
     y0 = np.concatenate([V0.ravel(), a0, [0.0]])

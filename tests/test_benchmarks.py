@@ -31,3 +31,20 @@ def test_quick_benchmark_writes_the_report(tmp_path):
             lsoda = next(x for x in st["square"] if x["kappa"] == r["kappa"] and x["method"] == "SciPy LSODA")
             assert r["status"] == "ok" and r["error"] < max(100 * lsoda["error"], 1e-7), (r, lsoda)
     assert all(r["status"] == "ok" for r in st["kinked"]), st["kinked"]
+
+
+def test_bare_solver_verdict_follows_its_numbers():
+    """The RESULTS.md sentence on the bare solver is generated from the measured ratios: with
+    bare-diffrax ratios 10.1, 9.9, 10.3 it must say that two clear 10× and one does not."""
+    from benchmarks.__main__ import bare_verdict
+
+    best = {1e-8: 20.2e-3, 1e-10: 29.2e-3, 1e-11: 38.1e-3}
+    bare = {1e-8: 2.0e-3, 1e-10: 2.95e-3, 1e-11: 3.7e-3}
+    eq = {r: {"time_s": t} for r, t in best.items()}
+    bare_rows = {r: {"time_s": t} for r, t in bare.items()}
+    g_rows = {r: {"time_s": 1.5 * t} for r, t in bare.items()}
+    text = bare_verdict(list(best), eq, g_rows, bare_rows)
+    assert "At rtol 1e-11 (10.3×), 1e-08 (10.1×) the solver alone clears 10×" in text, text
+    assert "At rtol 1e-10 (9.9×) the bare solver itself is below 10×" in text, text
+    only_above = bare_verdict([1e-8], eq, g_rows, bare_rows)
+    assert "below 10×, so no work" not in only_above and "clears 10×" in only_above

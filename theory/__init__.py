@@ -13,8 +13,9 @@ theorem's assumptions — plus a negative control where the statement must fail,
 
 from ._result import CheckResult, Verdict
 from .empirical import normalisation_verdict, sink_verdict
+from . import invariants, polarisation
 from .maxmargin import att_svm, direction_verdict, regpath_verdict
-from .invariants import output_response, sum_a_conserved, v_perp_frozen
+from .invariants import output_response, output_response_along, sum_a_conserved, v_perp_frozen
 from .ordering import order_preserved, repulsion
 from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
 from .registry import CHECKS, DEFAULT_TRIALS, check_ids, get_check, run_check, run_checks
@@ -37,6 +38,7 @@ __all__ = [
     "normalisation_verdict",
     "order_preserved",
     "output_response",
+    "output_response_along",
     "partial_polarisation",
     "rank_one",
     "ratio_bound",

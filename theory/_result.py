@@ -5,6 +5,13 @@ Margin convention (all checks): every check reduces its statement to one or more
 dimensionless *sub-margins* per trial, positive when the statement holds with that much room.
 A trial's margin is the minimum of its sub-margins, ``worst_margin`` is the minimum over trials,
 and ``holds == (worst_margin > 0)`` (plus every run finishing with solver status ``ok``).
+
+Statements about a whole trajectory are evaluated at every save point: a trial's margin is the
+worst normalised gap over all saved times, and the flow time where it is worst is reported
+(``details["margin_t"]`` per trial, ``details["worst_t"]`` for the worst trial; ``nan`` for a
+margin that is a fit over a time window). ``details["last_violation_t"]`` (per trial) is the
+latest saved time where the statement is violated (``nan`` if nowhere): a negative control
+should be violated late as well as early.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Verdict", "CheckResult", "jsonable", "combine"]
+__all__ = ["Verdict", "CheckResult", "jsonable", "combine", "merge", "over_time", "any_of"]
 
 
 def jsonable(x: Any) -> Any:
@@ -74,15 +81,46 @@ class Verdict:
         object.__setattr__(self, "margins", tuple(float(m) for m in self.margins))
 
 
-def combine(margins: Sequence[float], details: Mapping | None = None, ok: Sequence[bool] | None = None) -> Verdict:
+def over_time(t, m_t) -> tuple[float, float, float]:
+    """Reduce a margin time series ``m_t`` (shape ``(T,)`` or ``(T, ...)``, at flow times ``t``) to
+    ``(worst margin, time where it is worst, latest time where it is negative or nan)``."""
+    t = np.asarray(t, float)
+    m = np.asarray(m_t, float).reshape(t.shape[0], -1) if np.size(m_t) else np.zeros((t.shape[0], 0))
+    if m.size == 0:
+        return -math.inf, math.nan, math.nan
+    m = np.where(np.isnan(m), -np.inf, m)
+    per_t = m.min(axis=1)
+    k = int(np.argmin(per_t))
+    bad = np.flatnonzero(per_t <= 0)
+    return float(per_t[k]), float(t[k]), (float(t[bad[-1]]) if bad.size else math.nan)
+
+
+def combine(
+    margins: Sequence[float],
+    details: Mapping | None = None,
+    ok: Sequence[bool] | None = None,
+    times: Sequence[float] | None = None,
+    last_violation: Sequence[float] | None = None,
+) -> Verdict:
     """Build a :class:`Verdict` from per-trial margins (and per-trial solver-ok flags).
 
     ``holds`` is ``min(margins) > 0`` and every ``ok``; NaN margins count as ``-inf``.
+    ``times`` (optional, per trial): the flow time where that trial's margin is worst; then
+    ``details`` gets ``margin_t`` and ``worst_t``. ``last_violation`` (optional, per trial): the
+    latest saved time where the statement fails; ``details`` gets it and its maximum.
     """
     m = [(-math.inf if (mm is None or math.isnan(float(mm))) else float(mm)) for mm in margins]
     worst = min(m) if m else -math.inf
     all_ok = True if ok is None else bool(all(ok))
     det = dict(details or {})
+    if times is not None:
+        det["margin_t"] = [float(x) for x in times]
+        det["worst_t"] = float(times[int(np.argmin(m))]) if m else math.nan
+    if last_violation is not None:
+        lv = [float(x) for x in last_violation]
+        det["last_violation_t"] = lv
+        finite = [x for x in lv if not math.isnan(x)]
+        det["latest_violation_t"] = max(finite) if finite else math.nan
     if ok is not None and not all_ok:
         det["solver_not_ok_trials"] = [i for i, flag in enumerate(ok) if not flag]
     return Verdict(holds=bool(worst > 0 and all_ok), worst_margin=worst, trials=len(m), margins=tuple(m), details=det)
@@ -97,12 +135,24 @@ def merge(verdicts: Sequence[Verdict], scalar_keys: Sequence[str] = ()) -> Verdi
     """
     margins = [m for v in verdicts for m in v.margins]
     details: dict = {}
+    derived = ("worst_t", "latest_violation_t", "margin_t", "last_violation_t", "solver_not_ok_trials")
     for v in verdicts:
         for key, val in v.details.items():
+            if key in derived:
+                continue
             details[key] = list(details.get(key, [])) + (list(val) if isinstance(val, (list, tuple)) else [val])
     details = {k: (v[0] if k in scalar_keys else v) for k, v in details.items()}
-    oks = [not v.details.get("solver_not_ok_trials") for v in verdicts]
-    return combine(margins, details, oks)
+    oks = [ok for v in verdicts for ok in _trial_oks(v)]
+    has_t = all("margin_t" in v.details for v in verdicts) and verdicts
+    has_lv = all("last_violation_t" in v.details for v in verdicts) and verdicts
+    times = [x for v in verdicts for x in v.details["margin_t"]] if has_t else None
+    last = [x for v in verdicts for x in v.details["last_violation_t"]] if has_lv else None
+    return combine(margins, details, oks, times, last)
+
+
+def _trial_oks(v: Verdict) -> list:
+    bad = set(v.details.get("solver_not_ok_trials", []))
+    return [i not in bad for i in range(v.trials)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,7 +210,11 @@ class CheckResult:
             "holds": control.holds,
             "worst_margin": control.worst_margin,
             "trials": control.trials,
-            **{k: v for k, v in control.details.items() if k in ("solver_not_ok_trials", "summary")},
+            **{
+                k: v
+                for k, v in control.details.items()
+                if k in ("solver_not_ok_trials", "summary", "worst_t", "latest_violation_t", "parts")
+            },
         }
         details.update(extra)
         # a control whose runs failed proves nothing: count it as not discriminating (the check fails)
@@ -175,3 +229,33 @@ class CheckResult:
             control_holds=control.holds or inconclusive,
             details=details,
         )
+
+
+def any_of(parts: Mapping[str, Verdict]) -> Verdict:
+    """Several negative controls as one: it holds if any part holds (then the check cannot
+    detect that violation). ``worst_margin`` is the largest part's; ``details["parts"]`` gives
+    each part's ``holds``, ``worst_margin``, ``worst_t`` and ``latest_violation_t``."""
+    vs = list(parts.values())
+    summary = {
+        name: {
+            "holds": v.holds,
+            "worst_margin": v.worst_margin,
+            "worst_t": v.details.get("worst_t", math.nan),
+            "latest_violation_t": v.details.get("latest_violation_t", math.nan),
+        }
+        for name, v in parts.items()
+    }
+    bad = [i for i, v in enumerate(vs) if v.details.get("solver_not_ok_trials")]
+    det = {"parts": summary}
+    if bad:
+        det["solver_not_ok_trials"] = bad
+    lv = [v.details.get("latest_violation_t", math.nan) for v in vs]
+    lv = [float(x) for x in lv if not (isinstance(x, float) and math.isnan(x)) and x != "nan"]
+    det["latest_violation_t"] = max(lv) if lv else math.nan
+    return Verdict(
+        holds=any(v.holds for v in vs),
+        worst_margin=max(v.worst_margin for v in vs),
+        trials=sum(v.trials for v in vs),
+        margins=tuple(m for v in vs for m in v.margins),
+        details=det,
+    )

@@ -26,7 +26,8 @@ __all__ = [
 STATEMENTS = {
     "normalisations": "Appendix (empirical): logistic loss: softmax, l1, l2, relu polarise, sigmoid and signed sum do not; "
     "square loss: none polarise strongly",
-    "sinks": "Sec. 4.1: row-wise model, A(0) = 0: every row converges to the same token, argmax u(0) (attention sink)",
+    "sinks": "Sec. 4.1: row-wise model, A(0) = 0 or small random: every row converges to the same token, argmax u(0) "
+    "(attention sink)",
 }
 
 POLARISING = ("softmax", "l1", "l2", "relu")
@@ -129,6 +130,11 @@ SINK_D = 4  # T != d, so a transposed V would be caught
 SINK_T1 = 1e10
 SINK_MAJORITY = 0.5
 """A row has converged to a token once that token's weight exceeds this."""
+SINK_SMALL_A0 = 1e-3
+"""Scale ``ε`` of the small random start ``A(0) = ε·randn(T, T)`` that is part of ``holds``. Measured
+(16 trials, seed 0): every row ends on argmax ``u(0)`` in 16/16 trials at ``ε = 1e-3``, 15/16 at
+``1e-2``, 13/16 at ``0.1`` (where the rows still share one token: a larger random start can
+favour another token when the top ``u(0)`` entries are close). ``0.1`` is reported, not held."""
 
 
 def sink_verdict(traj: gradflow.Trajectory) -> Verdict:
@@ -156,30 +162,42 @@ def sink_verdict(traj: gradflow.Trajectory) -> Verdict:
 
 
 def run_sinks(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default: row-wise model, ``T = 5`` tokens, ``d = 5``, logistic teacher, ``A(0) = 0``, random
-    ``V(0) = c·randn``, ``t1 = 1e10``. Empirical (not in ``holds``): the fraction of trials whose rows
-    share a final token, and end on argmax ``u(0)``, from ``A(0) = 0.1·randn``. Control:
-    ``A(0) = 10·P`` for a random permutation ``P`` (every row starts on a different token)."""
+    """Default: row-wise model, ``T = 5`` tokens, ``d = 4``, logistic teacher, random
+    ``V(0) = c·randn``, ``t1 = 1e10``, from ``A(0) = 0`` and from a small random
+    ``A(0) = ε·randn`` (:data:`SINK_SMALL_A0`); both are in ``holds`` (a trial's margin is the
+    smaller of the two). Empirical (not in ``holds``): the fraction of trials whose rows share a
+    final token, and end on argmax ``u(0)``, from ``A(0) = 0.1·randn``. Control: ``A(0) = 10·P``
+    for a random permutation ``P`` (every row starts on a different token)."""
     Vs, As_small, As_perm, losses = [], [], [], []
     for k in range(trials):
         rng = np.random.default_rng([seed, k, 13])
         g = rng.standard_normal(SINK_D)
         losses.append(gradflow.LogisticTeacher(g / np.linalg.norm(g)))
         Vs.append(10.0 ** rng.uniform(-1.3, 0.0) * rng.standard_normal((SINK_D, SINK_T)))
-        As_small.append(0.1 * rng.standard_normal((SINK_T, SINK_T)))
+        As_small.append(rng.standard_normal((SINK_T, SINK_T)))
         As_perm.append(10.0 * np.eye(SINK_T)[rng.permutation(SINK_T)])
-    V0s = np.stack(Vs * 3)
-    A0s = np.concatenate([np.zeros((trials, SINK_T, SINK_T)), np.stack(As_small), np.stack(As_perm)])
-    traj = gradflow.simulate_batch(losses * 3, V0s, A0s, t1=SINK_T1, model="rowwise")
-    main = sink_verdict(traj[slice(0, trials)])
-    small = sink_verdict(traj[slice(trials, 2 * trials)])
-    control = sink_verdict(traj[slice(2 * trials, 3 * trials)])
+    V0s = np.stack(Vs * 4)
+    small = np.stack(As_small)
+    A0s = np.concatenate([np.zeros((trials, SINK_T, SINK_T)), SINK_SMALL_A0 * small, 0.1 * small, np.stack(As_perm)])
+    traj = gradflow.simulate_batch(losses * 4, V0s, A0s, t1=SINK_T1, model="rowwise")
+    zero = sink_verdict(traj[slice(0, trials)])
+    tiny = sink_verdict(traj[slice(trials, 2 * trials)])
+    larger = sink_verdict(traj[slice(2 * trials, 3 * trials)])
+    control = sink_verdict(traj[slice(3 * trials, 4 * trials)])
+    bad = sorted(set(zero.details.get("solver_not_ok_trials", [])) | set(tiny.details.get("solver_not_ok_trials", [])))
+    main = combine(
+        [min(m0, m1) for m0, m1 in zip(zero.margins, tiny.margins)],
+        dict(margin_A0_zero=list(zero.margins), margin_A0_small_random=list(tiny.margins),
+             common_token=[x and y for x, y in zip(zero.details["common_token"], tiny.details["common_token"])]),
+        [i not in bad for i in range(trials)],
+    )
     return CheckResult.from_verdicts(
         "sinks", STATEMENTS["sinks"], main, control, "A(0) = 10 P, P a random permutation (rows start on different tokens)",
-        small_random_A0=dict(
+        small_random_A0_scale=SINK_SMALL_A0,
+        larger_random_A0=dict(
             scale=0.1,
-            fraction_common_token=float(np.mean(small.details["common_token"])),
-            fraction_at_argmax_u0=float(np.mean(small.details["at_argmax_u0"])),
+            fraction_common_token=float(np.mean(larger.details["common_token"])),
+            fraction_at_argmax_u0=float(np.mean(larger.details["at_argmax_u0"])),
         ),
         T=SINK_T, d=SINK_D, t1=SINK_T1,
     )

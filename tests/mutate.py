@@ -1,0 +1,282 @@
+"""Mutation harness: does the default test run catch a wrong engine?
+
+Each mutation replaces one exact piece of source text with a deliberate bug. The harness copies
+the repository to a temporary folder, applies the mutations one at a time, runs the default test
+files (:data:`DEFAULT_FILES`) with ``pytest -x -q -p no:randomly`` against the copy, and prints a
+table: mutation → caught? (by which test). A mutation is *caught* when the run fails. The test
+most likely to catch a mutation (its ``hint``, a test of the default files) runs first on its
+own, so a caught mutation usually costs one test, not the whole run; if it passes, the full
+default files follow, so a wrong hint does not hide a catch.
+
+Run on purpose (it is not collected by pytest; CPU-heavy, minutes per uncaught mutation)::
+
+    nice -n 10 python -m tests.mutate                 # every mutation
+    python -m tests.mutate --list                     # the list, and whether each text is found
+    python -m tests.mutate --only tied_logits_term temperature_dropped
+
+A mutation whose text is not found (exactly once) in its file is reported loudly as
+``TEXT NOT FOUND`` and counts as a failure of the harness: re-target it after a refactoring.
+:data:`ENGINE_MUTATIONS` target the integrator's modules (``gradflow/flow.py``,
+``gradflow/_simulate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
+apart so that they can be re-targeted in one place.
+
+Exit status: 0 if every mutation was found and caught, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+DEFAULT_FILES = (
+    "tests/test_field.py",
+    "tests/test_properties.py",
+    "tests/test_extremes.py",
+    "tests/test_descend.py",
+    "tests/test_simulate.py",
+    "tests/test_failures.py",
+    "tests/test_determinism.py",
+    "tests/test_reference_cases.py",
+    "tests/test_sims_beyond.py",
+    "tests/test_paper_figures.py",
+    "tests/test_theory.py",
+)
+"""The default test files the mutations must fail (run with the default ``-m 'not slow'``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Mutation:
+    name: str
+    file: str
+    old: str
+    new: str
+    description: str
+    hint: str = ""
+    """A pytest node id or file to run first (the likeliest catcher); optional."""
+
+
+MUTATIONS = (
+    # ---- maps
+    Mutation("softmax_vjp_plain", "gradflow/maps.py",
+             "gc = g - jnp.take_along_axis(g, m, axis=-1)", "gc = g",
+             "plain (non-centred) softmax VJP", "tests/test_extremes.py"),
+    Mutation("l2_map_is_l1", "gradflow/maps.py",
+             "return _normalise(z * z)", "return _normalise(jnp.abs(z))",
+             "the l2 map normalises |z| instead of z²", "tests/test_field.py::test_maps_against_numpy"),
+    Mutation("entropy_sign", "gradflow/maps.py",
+             "return -jnp.sum(jnp.exp(logp) * logp, axis=-1)", "return jnp.sum(jnp.exp(logp) * logp, axis=-1)",
+             "softmax entropy with the wrong sign", "tests/test_field.py::test_entropy_from_logits_underflow_is_finite"),
+    Mutation("sparsemax_threshold", "gradflow/maps.py",
+             "tau = (jnp.take_along_axis(cums, k_z.astype(jnp.int32) - 1, axis=-1) - 1) / k_z.astype(z.dtype)",
+             "tau = (jnp.take_along_axis(cums, k_z.astype(jnp.int32) - 1, axis=-1) - 0.5) / k_z.astype(z.dtype)",
+             "sparsemax threshold off (weights sum to 1/2 + ...)", "tests/test_field.py::test_sparsemax_two_active"),
+    # ---- losses
+    Mutation("logistic_gamma_sign", "gradflow/losses.py",
+             "return jax.nn.sigmoid(-jnp.dot(self.beta_star, beta))", "return jax.nn.sigmoid(jnp.dot(self.beta_star, beta))",
+             "logistic γ = σ(+m) instead of σ(−m)", "tests/test_field.py::test_reduced_u_a_system"),
+    Mutation("square_gamma_factor", "gradflow/losses.py",
+             "r = 2.0 * self.scale * (self.target - beta)", "r = self.scale * (self.target - beta)",
+             "square-loss γ missing the factor 2", "tests/test_field.py::test_square_rank_one_gamma_lemma_3_5"),
+    Mutation("square_scale_ignored", "gradflow/losses.py",
+             "return self.scale * jnp.sum(res * res)", "return 0.5 * jnp.sum(res * res)",
+             "square loss ignores scale (always ½)", "tests/test_field.py::test_square_design_field_matches_hand_formula"),
+    Mutation("cross_entropy_logits", "gradflow/losses.py",
+             "return -jnp.sum(self.p_star * jax.nn.log_softmax(beta))", "return -jnp.sum(self.p_star * jax.nn.log_softmax(beta / 2))",
+             "soft-target cross-entropy on β/2", "tests/test_simulate.py::test_soft_target_cross_entropy_reaches_1e6_at_rest_on_the_minimiser"),
+    # ---- models
+    Mutation("tied_logits_transposed", "gradflow/models.py",
+             "        return V @ a\n", "        return V.T @ a\n",
+             "tied model's logits Uᵀa instead of Ua", "tests/test_reference_cases.py::test_tied_field_matches_hand_formula"),
+    Mutation("rowwise_sum_not_mean", "gradflow/models.py",
+             "return jnp.mean(jax.vmap(loss)(beta))", "return jnp.sum(jax.vmap(loss)(beta))",
+             "row-wise loss summed over rows, not averaged", "tests/test_reference_cases.py::test_rowwise_field_matches_hand_formula_at_temperature"),
+    Mutation("rowwise_gamma_sum", "gradflow/models.py",
+             "return jnp.mean(jax.vmap(loss.gamma)(beta))", "return jnp.sum(jax.vmap(loss.gamma)(beta))",
+             "row-wise γ summed over rows (Γ T× too large)", "tests/test_reference_cases.py::test_rowwise_field_matches_hand_formula_at_temperature"),
+    Mutation("u_normalised", "gradflow/models.py",
+             "return V.T @ teacher", "return V.T @ teacher / jnp.linalg.norm(teacher)",
+             "u = Vᵀβ*/‖β*‖ instead of Vᵀβ*", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
+    # ---- metrics
+    Mutation("loss_metric_off", "gradflow/trajectory.py",
+             '"loss": model.loss(loss, V, a),', '"loss": model.loss(loss, V, a) * (1 + 1e-4),',
+             "recorded loss 1e-4 too large", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+    Mutation("winners_none", "gradflow/trajectory.py",
+             "return w >= top - rtol * np.abs(top)", "return w >= top + rtol * np.abs(top)",
+             "winners() finds no winner for a positive maximum", "tests/test_theory.py::test_sink_violation_is_reported"),
+    # ---- checks
+    Mutation("check_holds_threshold", "theory/_result.py",
+             "return Verdict(holds=bool(worst > 0 and all_ok)", "return Verdict(holds=bool(worst > -1 and all_ok)",
+             "a check holds with a margin down to −1", "tests/test_theory.py::test_trend_and_tables_can_fail"),
+    Mutation("ratio_bound_n_dropped", "theory/polarisation.py",
+             "rhs = np.log1p(dl / n * lane[\"Gamma\"][pos])[:, None]", "rhs = np.log1p(dl * lane[\"Gamma\"][pos])[:, None]",
+             "Thm 3.3(b) bound without the 1/n", "tests/test_theory.py::test_broken_bound_is_reported"),
+    Mutation("order_check_abs", "theory/ordering.py",
+             "rel = np.where(spread > 0, (x[:, :-1] - x[:, 1:]) / spread, -np.inf)",
+             "rel = np.where(spread > 0, np.abs(x[:, :-1] - x[:, 1:]) / spread, -np.inf)",
+             "Thm 3.2(a) check blind to crossings (|gap|)", "tests/test_theory.py::test_crossed_order_is_reported"),
+    Mutation("exponent_default_wrong", "theory/polarisation.py",
+             "exponent: float = -2.0", "exponent: float = -1.0",
+             "Thm 3.3(c) checks 1 − s_0 = Θ(1/log t)", "tests/test_theory.py::test_wrong_exponent_and_small_gamma_are_reported"),
+    Mutation("sum_a_check_blind", "theory/invariants.py",
+             "err = float(np.max(np.abs(total - total[0])) / (1.0 + np.max(np.abs(a))))",
+             "err = float(np.max(np.abs(total - total)) / (1.0 + np.max(np.abs(a))))",
+             "Σa check compares Σa with itself", "tests/test_theory.py::test_broken_invariants_are_reported"),
+    Mutation("lemD2_time_map", "theory/invariants.py",
+             "want = (1.0 + t[k]) * formula[k]", "want = t[k] * formula[k]",
+             "Lemma D.2 along the trajectory with dτ/dt = 1/t", "tests/test_theory.py::test_trajectory_not_integrated_along_the_field_is_reported"),
+)
+"""Mutations outside the integrator's modules."""
+
+ENGINE_MUTATIONS = (
+    Mutation("da_sign", "gradflow/flow.py",
+             "return -(gV + gV_logits).astype(V.dtype), -ga", "return -(gV + gV_logits).astype(V.dtype), ga",
+             "sign of da/dt flipped", "tests/test_field.py::test_logistic_field_matches_hand_formula"),
+    Mutation("temperature_dropped", "gradflow/flow.py",
+             "gz = (_maps.softmax_vjp(s, gs) / model.temperature).astype(z.dtype)",
+             "gz = (_maps.softmax_vjp(s, gs)).astype(z.dtype)",
+             "temperature division dropped from the field", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
+    Mutation("gamma_halved", "gradflow/flow.py",
+             "return dV, da, model.gamma(loss, V, a)", "return dV, da, 0.5 * model.gamma(loss, V, a)",
+             "Γ integrand halved", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+    Mutation("tied_logits_term", "gradflow/flow.py",
+             "return -(gV + gV_logits).astype(V.dtype), -ga", "return -(gV).astype(V.dtype), -ga",
+             "tied model's gV_logits term dropped", "tests/test_reference_cases.py::test_tied_field_matches_hand_formula"),
+    Mutation("time_map", "gradflow/flow.py",
+             "    scale = jnp.exp(tau)\n    return jax.tree.map(lambda f: scale * f, flow_field(model, loss, y))",
+             "    scale = jnp.expm1(tau)\n    return jax.tree.map(lambda f: scale * f, flow_field(model, loss, y))",
+             "log-time field scaled by t instead of 1 + t", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+    Mutation("descend_half_lr", "gradflow/_descend.py",
+             "opt = optax.sgd(lr) if optimizer is None else optimizer", "opt = optax.sgd(lr / 2) if optimizer is None else optimizer",
+             "descend at lr/2", "tests/test_descend.py::test_gd_equals_numpy_euler"),
+    Mutation("descend_gamma_right_sum", "gradflow/_descend.py",
+             "new_Gamma = Gamma + lr * model.gamma(loss, *params)", "new_Gamma = Gamma + lr * model.gamma(loss, *new_params)",
+             "GD's Γ as a right instead of left Riemann sum", "tests/test_descend.py::test_gd_equals_numpy_euler"),
+    Mutation("steady_relative_looser", "gradflow/_simulate.py",
+             "STEADY_FRACTION = 1e-3", "STEADY_FRACTION = 1e-1",
+             "steady-state relative criterion 100× looser", "tests/test_reference_cases.py::test_steady_stop_relative_branch_fires_first"),
+    Mutation("roundoff_looser", "gradflow/_simulate.py",
+             "ROUNDOFF_FIELD = 1024", "ROUNDOFF_FIELD = 1024**3",
+             "round-off rest criterion 1e6× looser (stops far from rest)", "tests/test_simulate.py::test_square_loss_stops_at_steady_state_and_holds_it"),
+    Mutation("stall_status_as_max_steps", "gradflow/_simulate.py",
+             "jnp.where(result == diffrax.RESULTS.dt_min_reached, 2, 4)", "jnp.where(result == diffrax.RESULTS.dt_min_reached, 1, 4)",
+             "a stalled solve reported as max_steps", "tests/test_failures.py::test_blow_up_is_reported_as_stalled_with_the_time"),
+    Mutation("nonfinite_event_off", "gradflow/_simulate.py",
+             "    return ~_all_finite(log_time_field(tau, y, args[:2]))", "    return jnp.zeros((), bool)",
+             "the non-finite event never fires", "tests/test_failures.py::test_field_turning_nonfinite_stops_at_once_with_last_finite_state"),
+    Mutation("never_implicit", "gradflow/_simulate.py",
+             "phases = [(\"dopri8\", explicit), (\"kvaerno5\", max_steps - explicit)]",
+             "phases = [(\"dopri8\", explicit), (\"dopri8\", max_steps - explicit)]",
+             "auto never switches to the implicit solver", "tests/test_simulate.py::test_soft_target_cross_entropy_reaches_1e6_at_rest_on_the_minimiser"),
+)
+"""Mutations of the integrator's modules (re-target after the engine is restructured)."""
+
+ALL = MUTATIONS + ENGINE_MUTATIONS
+
+
+def _copy_repo(dst: Path) -> None:
+    ignore = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".hypothesis")
+    shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
+
+
+def found(m: Mutation, root: Path = ROOT) -> int:
+    """How many times the mutation's text occurs in its file (must be exactly 1)."""
+    path = root / m.file
+    return path.read_text().count(m.old) if path.exists() else 0
+
+
+_FAILED = re.compile(r"^(FAILED|ERROR) (\S+)", re.M)
+
+
+def run_one(m: Mutation, work: Path, timeout: float, files=DEFAULT_FILES) -> dict:
+    """Apply ``m`` in the copy ``work``, run the tests, restore; returns a result row."""
+    path = work / m.file
+    original = path.read_text()
+    count = original.count(m.old)
+    if count != 1:
+        return dict(name=m.name, status="TEXT NOT FOUND" if count == 0 else f"TEXT FOUND {count}x", test="", seconds=0.0)
+    path.write_text(original.replace(m.old, m.new))
+    base = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+    env = {**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+    t0 = time.perf_counter()
+    out, rc = "", 0
+    try:
+        # the hint alone first (pytest would merge it into its file's order), then the default files
+        for files_ in ([m.hint] if m.hint else [], list(files)):
+            if not files_:
+                continue
+            left = max(1.0, timeout - (time.perf_counter() - t0))
+            proc = subprocess.run(base + files_, cwd=work, env=env, capture_output=True, text=True, timeout=left)
+            out, rc = proc.stdout + proc.stderr, proc.returncode
+            if files_ != list(files) and rc in (4, 5):  # the hint names no test: say so, run the files
+                print(f"{m.name}: HINT {m.hint!r} NOT FOUND (pytest exit {rc})", file=sys.stderr, flush=True)
+                continue
+            if rc != 0:
+                break
+    except subprocess.TimeoutExpired:
+        out, rc = "", -1
+    finally:
+        path.write_text(original)
+    seconds = time.perf_counter() - t0
+    hit = _FAILED.search(out)
+    if rc == -1:
+        status = "TIMEOUT"
+    elif rc == 0:
+        status = "NOT CAUGHT"
+    elif rc == 1:
+        status = "caught"
+    else:
+        status = f"caught (pytest exit {rc})"
+    return dict(name=m.name, status=status, test=hit.group(2) if hit else "", seconds=seconds)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tests.mutate", description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", nargs="*", help="mutation names to run, in this order (default: all, in list order)")
+    p.add_argument("--list", action="store_true", help="list the mutations and whether each text is found; run nothing")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per mutation (default 3600)")
+    args = p.parse_args(argv)
+    by_name = {m.name: m for m in ALL}
+    chosen = [by_name[n] for n in args.only if n in by_name] if args.only else list(ALL)  # in the order given
+    unknown = set(args.only or ()) - {m.name for m in ALL}
+    if unknown:
+        p.error(f"unknown mutation names: {sorted(unknown)}")
+    if args.list:
+        bad = 0
+        for m in chosen:
+            n = found(m)
+            bad += n != 1
+            kind = "engine" if m in ENGINE_MUTATIONS else "other"
+            print(f"{m.name:28s} {kind:6s} {m.file:26s} {'ok' if n == 1 else ('TEXT NOT FOUND' if n == 0 else f'FOUND {n}x')}  {m.description}")
+        return 1 if bad else 0
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="gradflow-mutate-") as tmp:
+        work = Path(tmp) / "repo"
+        _copy_repo(work)
+        for m in chosen:
+            row = run_one(m, work, args.timeout)
+            rows.append((m, row))
+            print(f"{m.name}: {row['status']} {row['test']} ({row['seconds']:.0f} s)", file=sys.stderr, flush=True)
+    print("| mutation | file | description | caught? | first failing test | s |")
+    print("|---|---|---|---|---|---|")
+    for m, row in rows:
+        print(f"| {m.name} | {m.file} | {m.description} | {row['status']} | {row['test']} | {row['seconds']:.0f} |")
+    missed = [m.name for m, row in rows if not row["status"].startswith("caught")]
+    if missed:
+        print(f"\n{len(missed)} of {len(rows)} mutations NOT caught or NOT FOUND: {', '.join(missed)}")
+        return 1
+    print(f"\nall {len(rows)} mutations caught")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
