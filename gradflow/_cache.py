@@ -33,8 +33,9 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     """Turn on JAX's persistent compilation cache in ``path`` (default :func:`cache_dir`).
 
     Does nothing and returns ``None`` when ``$GRADFLOW_NO_CACHE`` is ``1``; otherwise returns
-    the folder used. Compilations of at least 0.1 s are stored (JAX's default threshold is 1 s,
-    which would skip the smaller solves). Call it before the first compilation; it affects the
+    the folder used. Every compilation is stored, however short (JAX's default threshold is 1 s,
+    which would skip the smaller solves; a threshold near a compilation's own time made a second
+    process miss whichever compilations the first happened to finish just under it). Call it before the first compilation; it affects the
     whole process.
     """
     if os.environ.get(NO_CACHE_ENV, "") not in ("", "0"):
@@ -42,6 +43,6 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     folder = os.path.abspath(os.fspath(path)) if path is not None else cache_dir()
     os.makedirs(folder, exist_ok=True)
     jax.config.update("jax_compilation_cache_dir", folder)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow import _simulate
+from gradflow._engine import solve as _solve
 from tests import reference as ref
 
 
@@ -107,7 +107,7 @@ def test_rowwise_field_matches_hand_formula_at_temperature(T):
 
 
 STEADY_FRACTION = 1e-3
-"""The documented relative criterion (``gradflow._simulate.STEADY_FRACTION``), written out here so
+"""The documented relative criterion (``gradflow._engine.solve.STEADY_FRACTION``), written out here so
 that an engine whose constant drifts fails this test instead of adapting it."""
 
 
@@ -135,7 +135,7 @@ def test_steady_stop_relative_branch_fires_first():
         g = float(loss.gamma(jnp.asarray(V) @ jnp.asarray(ref.softmax(np.asarray(a)))))
         rel = max(np.max((1 + t) * np.abs(dV) / (atol + rtol * np.abs(V))),
                   np.max((1 + t) * np.abs(da) / (atol + rtol * np.abs(a))))
-        noise = _simulate.ROUNDOFF_FIELD * np.finfo(float).eps * (1 + max(np.abs(V).max(), np.abs(a).max()))
+        noise = _solve.ROUNDOFF_FIELD * np.finfo(float).eps * (1 + max(np.abs(V).max(), np.abs(a).max()))
         return rel, max(np.abs(dV).max(), np.abs(da).max()) / noise, g
 
     rel, roundoff, _ = ratios(np.asarray(traj.V[-1]), np.asarray(traj.a[-1]), t_st)
