@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 import gradflow
+from benchmarks._timing import timed
 from gradflow._engine import batch as _batch, stiff as _stiff
 from gradflow.trajectory import atomic_write
 from tests import reference as ref
@@ -44,14 +45,6 @@ def fig2_draws(seed=123, n=8):
     return V0, a0, bs / np.linalg.norm(bs)
 
 
-def timed(fn, repeats):
-    """``(median seconds, result of the last call)`` over ``repeats`` calls."""
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), out
 
 
 def flow(loss, V0, a0, **kw):

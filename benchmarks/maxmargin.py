@@ -26,6 +26,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 import gradflow
+from benchmarks._timing import timed
 from gradflow import maxmargin as mm
 from theory import maxmargin as tmm
 
@@ -65,13 +66,6 @@ def gradflow_run(data, rtol, ts=None):
     return sol
 
 
-def _median_time(fn, repeats):
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), out
 
 
 def run(quick: bool = False) -> dict:
@@ -87,7 +81,7 @@ def run(quick: bool = False) -> dict:
     rows = []
     for rtol in rtols:
         gradflow_run(data, rtol)  # compile
-        sec, sol = _median_time(lambda: gradflow_run(data, rtol), repeats)
+        sec, sol = timed(lambda: gradflow_run(data, rtol), repeats)
         rows.append(dict(method="gradflow.integrate", rtol=rtol, seconds=sec, steps=int(sol.num_steps),
                          nfev=None, error=err(sol.params[-1]), status=str(sol.status)))
         for method in ("DOP853", "LSODA"):

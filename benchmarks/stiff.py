@@ -22,6 +22,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 import gradflow
+from benchmarks._timing import timed
 from sims._paper import conditioning_init, normalisation_init
 from tests import reference as ref
 
@@ -72,13 +73,6 @@ def _error(V, a, Vr, ar):
     return float(max(np.max(np.abs(np.asarray(V) - Vr)), np.max(np.abs(np.asarray(a) - ar))))
 
 
-def _timed(fn, repeats):
-    times, out = [], None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times)), out
 
 
 def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau")) -> list[dict]:
@@ -100,7 +94,7 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
         start = time.perf_counter()
         run()
         cold = time.perf_counter() - start
-        t, traj = _timed(run, repeats)
+        t, traj = timed(run, repeats)
         g = dict(kappa=kappa, method="gradflow auto", time_s=t, cold_s=cold, steps=int(traj.num_steps),
                  status=traj.status, error=_error(traj.V, traj.a, Vr, ar))
         rows.append(g)
@@ -123,7 +117,7 @@ def bench_kinked(maps, t1, rtol, atol) -> list[dict]:
     for name in maps:
         run = lambda: gradflow.simulate(loss, V0, a0, t1=t1, rtol=rtol, atol=atol, normalization=name)
         np.asarray(run().a)
-        t, traj = _timed(lambda: (lambda tr: (np.asarray(tr.a), tr)[1])(run()), 1)
+        t, traj = timed(lambda: (lambda tr: (np.asarray(tr.a), tr)[1])(run()), 1)
         rows.append(dict(map=name, status=traj.status, steps=int(traj.num_steps), t_end=float(traj.t_end), time_s=t))
     return rows
 

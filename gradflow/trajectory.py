@@ -30,7 +30,41 @@ Newton iteration). In every case ``t_end`` is where the run stopped, the state t
 and later save points hold it with ``valid = False``."""
 
 
-class Trajectory(eqx.Module):
+class _Run(eqx.Module):
+    """What a :class:`Trajectory` and a :class:`Solution` share: per-run status, metadata and
+    lane indexing (subclasses hold ``status_code`` and ``meta``)."""
+
+    @property
+    def status(self):
+        """Status name (``str``), or a list of names for a batch (:data:`STATUS`)."""
+        code = np.asarray(self.status_code)
+        if code.ndim == 0:
+            return STATUS[int(code)]
+        return [STATUS[int(c)] for c in code.ravel()]
+
+    @property
+    def ok(self) -> bool:
+        """True when every run finished with status ``ok``."""
+        return bool(np.all(np.asarray(self.status_code) == 0))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """``meta`` as a dict (solver, tolerances, model, ...)."""
+        return dict(self.meta)
+
+    @property
+    def batched(self) -> bool:
+        """Whether every array has a leading batch axis ``B``."""
+        return np.ndim(self.status_code) > 0
+
+    def __getitem__(self, i):
+        """Lane ``i`` of a batch (``IndexError`` for a single run)."""
+        if not self.batched:
+            raise IndexError(f"a single (unbatched) {type(self).__name__} cannot be indexed; index a batch")
+        return jax.tree.map(lambda x: x[i], self)
+
+
+class Trajectory(_Run):
     """Saved states of one run (or a batch of runs: every array gains a leading axis ``B``).
 
     **Fields** (``T`` saved points; float64 unless stated):
@@ -71,32 +105,6 @@ class Trajectory(eqx.Module):
     k: Int[Array, "*B T"] | None = None
     meta: tuple = eqx.field(static=True, default=())
 
-    @property
-    def status(self):
-        """Status name (``str``), or a list of names for a batch."""
-        code = np.asarray(self.status_code)
-        if code.ndim == 0:
-            return STATUS[int(code)]
-        return [STATUS[int(c)] for c in code.ravel()]
-
-    @property
-    def ok(self) -> bool:
-        """True when every run in the trajectory finished with status ``ok``."""
-        return bool(np.all(np.asarray(self.status_code) == 0))
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return dict(self.meta)
-
-    @property
-    def batched(self) -> bool:
-        return np.ndim(self.status_code) > 0
-
-    def __getitem__(self, i) -> "Trajectory":
-        """Lane ``i`` of a batched trajectory."""
-        if not self.batched:
-            raise IndexError("a single (unbatched) trajectory cannot be indexed; index a batch")
-        return jax.tree.map(lambda x: x[i], self)
 
     def to_xarray(self):
         """This run (or batch) as an ``xarray.Dataset``: dims ``t`` (coordinate: flow time; ``k`` for GD), ``token``, ``dim`` (rows of ``V``), ``row`` (row-wise logits) and ``run`` (a batch's lanes); ``attrs`` hold ``meta`` (``meta_*``, ``meta_json``) and package versions. See :mod:`gradflow._xarray`."""
@@ -122,7 +130,7 @@ class Trajectory(eqx.Module):
         return cls(meta=tuple(sorted(meta.items())), **fields)
 
 
-class Solution(eqx.Module):
+class Solution(_Run):
     """The flow (or descent) of any loss over a parameter pytree: :func:`gradflow.integrate`,
     :func:`gradflow.integrate_batch`, :func:`gradflow.descend_params`. Immutable; a batch gives
     every array a leading axis ``B``.
@@ -162,32 +170,6 @@ class Solution(eqx.Module):
     k: Int[Array, "*B T"] | None = None
     meta: tuple = eqx.field(static=True, default=())
 
-    @property
-    def status(self):
-        """Status name (``str``), or a list of names for a batch (:data:`STATUS`)."""
-        code = np.asarray(self.status_code)
-        if code.ndim == 0:
-            return STATUS[int(code)]
-        return [STATUS[int(c)] for c in code.ravel()]
-
-    @property
-    def ok(self) -> bool:
-        """True when every run finished with status ``ok``."""
-        return bool(np.all(np.asarray(self.status_code) == 0))
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return dict(self.meta)
-
-    @property
-    def batched(self) -> bool:
-        return np.ndim(self.status_code) > 0
-
-    def __getitem__(self, i) -> "Solution":
-        """Lane ``i`` of a batched solution."""
-        if not self.batched:
-            raise IndexError("a single (unbatched) solution cannot be indexed; index a batch")
-        return jax.tree.map(lambda x: x[i], self)
 
 
 def atomic_write(path: str | os.PathLike, write, exclusive: bool = False) -> bool:

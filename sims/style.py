@@ -8,8 +8,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-WIDTH = 6.75
-"""ICML two-column text width in inches."""
+from gradflow.plot import STYLE, WIDTH  # noqa: E402  (one style for the figures and gradflow.plot)
 
 FLOW = dict(linestyle="-", linewidth=1.4)
 """Flow curves: solid."""
@@ -17,26 +16,8 @@ FLOW = dict(linestyle="-", linewidth=1.4)
 GD = dict(linestyle="none", marker="o", markersize=2.2, markerfacecolor="none", markeredgewidth=0.6)
 """GD iterates: open markers over the flow."""
 
-RC = {
-    "font.family": "serif",
-    "font.serif": ["DejaVu Serif", "Times New Roman", "Times"],
-    "mathtext.fontset": "dejavuserif",
-    "font.size": 8,
-    "axes.titlesize": 8.5,
-    "axes.labelsize": 8,
-    "legend.fontsize": 6.5,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.grid": True,
-    "grid.alpha": 0.25,
-    "grid.linewidth": 0.5,
-    "lines.linewidth": 1.2,
-    "legend.frameon": False,
-    "figure.dpi": 100,
-    "savefig.dpi": 200,
-    "savefig.bbox": "tight",
-    "text.usetex": False,
-}
+RC = {**STYLE, "figure.dpi": 100, "text.usetex": False}
+"""matplotlib rcParams of every figure: :data:`gradflow.plot.STYLE` plus screen dpi and no TeX."""
 
 
 def apply() -> None:
