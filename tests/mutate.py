@@ -17,7 +17,7 @@ Run on purpose (it is not collected by pytest; CPU-heavy, minutes per uncaught m
 A mutation whose text is not found (exactly once) in its file is reported loudly as
 ``TEXT NOT FOUND`` and counts as a failure of the harness: re-target it after a refactoring.
 :data:`ENGINE_MUTATIONS` target the integrator's modules (``gradflow/flow.py``,
-``gradflow/_engine/``, ``gradflow/integrate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
+``gradflow/_engine/``, ``gradflow/simulate.py``, ``gradflow/integrate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
 apart so that they can be re-targeted in one place.
 
 Exit status: 0 if every mutation was found and caught, 1 otherwise.
@@ -150,17 +150,20 @@ ENGINE_MUTATIONS = (
              "gz = (_maps.softmax_vjp(s, gs) / model.temperature).astype(z.dtype)",
              "gz = (_maps.softmax_vjp(s, gs)).astype(z.dtype)",
              "temperature division dropped from the field", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
-    Mutation("gamma_halved", "gradflow/flow.py",
-             "return dV, da, model.gamma(loss, V, a)", "return dV, da, 0.5 * model.gamma(loss, V, a)",
+    Mutation("gamma_halved", "gradflow/simulate.py",
+             'return {"Gamma": model.gamma(loss, *params)}', 'return {"Gamma": 0.5 * model.gamma(loss, *params)}',
              "Γ integrand halved", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
     Mutation("tied_logits_term", "gradflow/flow.py",
              "    gV_logits, ga = logits_vjp(gz)\n    return -(gV + gV_logits).astype(V.dtype), -ga",
              "    gV_logits, ga = logits_vjp(gz)\n    return -(gV).astype(V.dtype), -ga",
              "tied model's gV_logits term dropped", "tests/test_reference_cases.py::test_tied_field_matches_hand_formula"),
-    Mutation("time_map", "gradflow/flow.py",
+    Mutation("flow_field_gamma_halved", "gradflow/flow.py",
+             "return dV, da, model.gamma(loss, V, a)", "return dV, da, 0.5 * model.gamma(loss, V, a)",
+             "public flow_field's Γ rate halved", "tests/test_field.py::test_public_flow_field_and_log_time_field_by_hand"),
+    Mutation("log_time_field_t", "gradflow/flow.py",
              "    scale = jnp.exp(tau)\n    return jax.tree.map(lambda f: scale * f, flow_field(model, loss, y))",
              "    scale = jnp.expm1(tau)\n    return jax.tree.map(lambda f: scale * f, flow_field(model, loss, y))",
-             "log-time field scaled by t instead of 1 + t", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+             "public log_time_field scaled by t instead of 1 + t", "tests/test_field.py::test_public_flow_field_and_log_time_field_by_hand"),
     Mutation("l1_sliding_off", "gradflow/flow.py",
              "gz = jnp.where(at_kink & (gm > 0), 0.0, side * gm)", "gz = jnp.where(at_kink & (gm > 0) & False, 0.0, side * gm)",
              "L1 map: no Filippov sliding at a kink (plain subgradient, chatters)",
@@ -170,9 +173,9 @@ ENGINE_MUTATIONS = (
              "L1 map: the kink's release test with the wrong sign (sticks when it should leave)",
              "tests/test_kinks.py::test_l1_flow_matches_gradient_descent_to_first_order"),
     # ---- the solve: events, statuses, the log-time map (gradflow/_engine/solve.py)
-    Mutation("engine_time_map", "gradflow/_engine/solve.py",
+    Mutation("time_map", "gradflow/_engine/solve.py",
              "    flow, fargs = args[0], args[1]\n    scale = jnp.exp(tau)", "    flow, fargs = args[0], args[1]\n    scale = jnp.expm1(tau)",
-             "engine's log-time field scaled by t instead of 1 + t", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
+             "log-time field scaled by t instead of 1 + t", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
     Mutation("steady_relative_looser", "gradflow/_engine/solve.py",
              "STEADY_FRACTION = 1e-3", "STEADY_FRACTION = 1e-1",
              "steady-state relative criterion 100× looser", "tests/test_reference_cases.py::test_steady_stop_relative_branch_fires_first"),
