@@ -185,7 +185,7 @@ ENGINE_MUTATIONS = (
     Mutation("stall_status_as_max_steps", "gradflow/_engine/solve.py",
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.stalled, Status.solver_failed)",
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.max_steps, Status.solver_failed)",
-             "a stalled solve reported as max_steps", "tests/test_failures.py::test_blow_up_is_reported_as_stalled_with_the_time"),
+             "a stalled solve reported as max_steps", "tests/test_failures.py::test_engine_reports_a_blow_up_as_stalled_in_one_solve"),
     Mutation("nonfinite_event_off", "gradflow/_engine/solve.py",
              "    return ~_all_finite(_log_time_rhs(tau, y, args))", "    return jnp.zeros((), bool)",
              "the non-finite event never fires", "tests/test_failures.py::test_field_turning_nonfinite_stops_at_once_with_last_finite_state"),
