@@ -90,9 +90,33 @@ def test_blow_up_is_reported_as_stalled_with_the_time():
     V0, a0, bs = fig2_problem()
     bs = np.abs(bs)  # positive initial margin: m grows and blows up
     V0 = np.abs(V0)
-    traj = gradflow.simulate(BlowUp(bs), V0, a0, t1=1e6)
+    # a small budget: a stall misreported as max_steps ("not finished: continue") would retry to it
+    traj = gradflow.simulate(BlowUp(bs), V0, a0, t1=1e6, max_steps=4000)
     assert traj.status in ("stalled", "nonfinite")
     assert int(traj.num_steps) < 2000 and 0 < float(traj.t_end) < 1e6
     _assert_finite(traj)
     # negative control: the plain logistic teacher from the same start finishes
     assert gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=1e6).status == "ok"
+
+
+def _square_field(params, args):
+    return args * params**2
+
+
+def test_engine_reports_a_blow_up_as_stalled_in_one_solve():
+    """One engine solve of ``y' = y²``, ``y(0) = 1`` (closed form ``1/(1 − t)``, blow-up at
+    ``t = 1``): the step collapses at ``t → 1`` and the code is ``stalled`` (not ``max_steps``,
+    which the batch loop would read as "not finished: continue"), with ``t_end`` within 1e-6 of 1.
+    Negative control: ``y' = −y²`` (``1/(1 + t)``) reaches ``t1`` with code ``ok``."""
+    from gradflow._engine import solve as S
+
+    flow = S.Flow(field=_square_field)
+    taus = jnp.log1p(jnp.asarray([0.0, 0.5, 10.0]))
+    run = lambda sign: S.solve_lane(flow, jnp.asarray(sign), (jnp.ones(1), {}), jnp.zeros(()), taus,
+                                    jnp.asarray(1e-10), jnp.asarray(1e-12), "dopri8", 4000)
+    out = run(1.0)
+    assert int(out.code) == int(S.Status.stalled) and int(out.num_steps) < 4000
+    assert abs(float(jnp.expm1(out.tau_end)) - 1.0) < 1e-6, float(jnp.expm1(out.tau_end))
+    np.testing.assert_allclose(float(out.ys[0][1, 0]), 2.0, rtol=1e-8)  # y(0.5) = 2 before the blow-up
+    ok = run(-1.0)
+    assert int(ok.code) == int(S.Status.ok) and float(ok.ys[0][-1, 0]) == pytest.approx(1 / 11, rel=1e-8)

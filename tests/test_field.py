@@ -25,6 +25,26 @@ def test_logistic_field_matches_hand_formula(seed):
     np.testing.assert_allclose(da, ha, rtol=1e-12, atol=1e-15)
 
 
+def test_public_flow_field_and_log_time_field_by_hand():
+    """The public ``flow_field`` (``dy/dt`` for ``y = (V, a, Γ)``: ``r sᵀ``, ``J(s)Vᵀr``, ``γ``) and
+    ``log_time_field`` (``dy/dτ = (1 + t)·dy/dt``, ``t = e^τ − 1``) against the hand formula of
+    :func:`tests.reference.field` (paper Eqs. 2–4, 6). Negative control: a factor ``t`` instead of
+    ``1 + t`` differs by a relative ``1/(1 + t) = 0.5`` at ``τ = log 2``."""
+    V, a, bs = _problem(3)
+    model, loss = gradflow.get_model("value-softmax"), gradflow.LogisticTeacher(bs)
+    hV, ha, hg = ref.field(V, a, ref.logistic_residual(bs))
+    y = (jnp.asarray(V), jnp.asarray(a), jnp.asarray(0.7))
+    dV, da, dG = gradflow.flow_field(model, loss, y)
+    np.testing.assert_allclose(dV, hV, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(da, ha, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(dG, hg, rtol=1e-12)
+    tau = np.log(2.0)  # t = 1, so 1 + t = 2
+    lV, la, lG = gradflow.flow.log_time_field(jnp.asarray(tau), y, (model, loss))
+    for got, want in ((lV, hV), (la, ha), (lG, hg)):
+        np.testing.assert_allclose(got, 2.0 * np.asarray(want), rtol=1e-12, atol=1e-15)
+    assert abs(float(lG) - 1.0 * hg) > 0.4 * hg  # control: the factor t = 1 is far outside the tolerance
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_square_design_field_matches_hand_formula(seed):
     rng = np.random.RandomState(seed)

@@ -199,6 +199,22 @@ def test_descend_params_matches_a_numpy_gd_loop_and_descend():
     np.testing.assert_allclose(gp.params[1], gd.a, rtol=0, atol=1e-12)
 
 
+def test_descend_params_time_and_divergence_by_hand():
+    """GD on ``L = ½w²`` with ``lr = 3``: ``w_k = (−2)^k`` exactly (powers of two), finite up to
+    ``k = 1023`` (2^1023 < float64 max < 2^1024); iteration 1024 overflows. So the run stops as
+    ``nonfinite`` at ``k_end = 1023`` (``t_end = 3·1023``), the later record point holds that
+    iterate with ``valid = False``, and ``t = lr·k`` at every record point. Negative control:
+    ``lr = 0.5`` halves ``w`` each step and ends ``ok`` (at the last record point, k = 3)."""
+    lr, rec = 3.0, [0, 1, 10, 1023, 2000]
+    sol = gradflow.descend_params(lambda p: 0.5 * p["w"] ** 2, {"w": 1.0}, lr=lr, steps=2000, record=rec)
+    np.testing.assert_array_equal(np.asarray(sol.t), lr * np.asarray(rec, float))
+    assert sol.status == "nonfinite" and int(sol.num_steps) == 1023 and float(sol.t_end) == lr * 1023
+    np.testing.assert_array_equal(np.asarray(sol.valid), [True, True, True, True, False])
+    np.testing.assert_array_equal(np.asarray(sol.params["w"]), [1.0, -2.0, 1024.0, -(2.0**1023), -(2.0**1023)])
+    ok = gradflow.descend_params(lambda p: 0.5 * p["w"] ** 2, {"w": 1.0}, lr=0.5, steps=2000, record=[0, 3])
+    assert ok.status == "ok" and int(ok.num_steps) == 3 and float(ok.params["w"][-1]) == 0.125
+
+
 # --------------------------------------------------------------------------- bad input
 GOOD = {"w1": 0.1, "w2": 0.1}
 
