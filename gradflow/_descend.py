@@ -197,7 +197,8 @@ def descend_params(
     >>> import gradflow
     >>> gd = gradflow.descend_params(lambda p: 0.5 * (2.0 - p["w2"] * p["w1"]) ** 2,
     ...                              {"w1": 0.1, "w2": 0.1}, lr=0.01, steps=10_000)
-    >>> round(float(gd.params["w1"][-1] ** 2), 6)
+    >>> w1 = gd.params["w1"]
+    >>> round(float(w1[-1] ** 2), 6)
     2.0
     """
     user, params0, args = prepare_user(loss, params0, args, None, observe, quadratures, batch=False)

@@ -3,8 +3,8 @@
 State ``y = (V, a, Γ)``. In flow time ``t``:
 
 * ``dV/dt = −∇_V L``, ``da/dt = −∇_a L`` (autodiff of ``L(V, a) = ℓ(β(V, a))``; for the
-  value-softmax model this is ``dV/dt = r sᵀ``, ``da/dt = J(s) Vᵀ r``, SPEC §3.1);
-* ``dΓ/dt = γ(β)`` — the polarisation coefficient carried as a quadrature state (SPEC §3.5).
+  value-softmax model this is ``dV/dt = r sᵀ``, ``da/dt = J(s) Vᵀ r``, paper Eqs. 2–4);
+* ``dΓ/dt = γ(β)`` — the polarisation coefficient carried as a quadrature state (paper Thm 3.3).
 
 The integrator runs in ``τ = log(1 + t)``, where ``dy/dτ = (1 + t)·dy/dt``. The late-time
 dynamics of the logistic flow (loss ≈ 1/t, ``u_0 ≈ log t``) are smooth in ``τ``, so

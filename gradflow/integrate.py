@@ -384,7 +384,8 @@ def integrate(
     >>> import gradflow, jax.numpy as jnp
     >>> loss = lambda p: 0.5 * (2.0 - p["w2"] * p["w1"]) ** 2      # two-layer scalar linear net
     >>> sol = gradflow.integrate(loss, {"w1": 0.1, "w2": 0.1}, t1=1e6)
-    >>> sol.status, round(float(sol.params["w1"][-1] ** 2), 6)      # w² → y
+    >>> w1 = sol.params["w1"]                                       # (T,): w1 at each save point
+    >>> sol.status, round(float(w1[-1] ** 2), 6)                    # w² → y
     ('ok', 2.0)
     """
     rtol, atol = _atol(rtol, atol)

@@ -1,4 +1,4 @@
-"""Normalisation maps ``a ↦ weights`` (SPEC §5).
+"""Normalisation maps ``a ↦ weights`` (the paper's appendix normalisation experiments and Table 1).
 
 Every map acts on the last axis of its input, so the same function serves a vector of
 logits ``a`` of shape ``(n,)`` and a matrix of row logits ``A`` of shape ``(T, T)``.
@@ -56,7 +56,7 @@ def softmax(z: Float[Array, "... n"]) -> Float[Array, "... n"]:
 
 def softmax_vjp(s: Float[Array, "... n"], g: Float[Array, "... n"]) -> Float[Array, "... n"]:
     """``J(s) g = s ⊙ (g − ⟨s, g⟩)`` over the last axis, in a centred form that stays exact when
-    ``1 − s_max`` rounds to ``0`` (SPEC §1, §9).
+    ``1 − s_max`` rounds to ``0`` (``J(s)`` of paper Eqs. 2–4; docs: Solvers and statuses, numerical rules).
 
     Autodiff of softmax computes ``s_m (g_m − ⟨s, g⟩)`` for the top weight ``s_m ≈ 1``: ``⟨s, g⟩``
     rounds to ``g_m`` once the other weights fall below the float epsilon (logit gaps ≳ 37 in
@@ -143,7 +143,7 @@ MAPS: dict[str, Callable[[Array], Array]] = {
     "linear": linear,
     "sparsemax": sparsemax,
 }
-"""Registry of normalisation maps by name (SPEC §5)."""
+"""Registry of normalisation maps by name (the paper's appendix normalisation experiments)."""
 
 SMOOTH_MAPS = frozenset({"softmax", "l2", "sigmoid", "sigmoid-norm", "linear"})
 """Maps that are smooth wherever they are defined (safe for high-order adaptive solvers)."""
@@ -185,7 +185,7 @@ def apply_map(
 
 
 def softmax_entropy(a: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:
-    """Entropy (nats) of ``softmax(a / T)`` computed from logits (SPEC §9).
+    """Entropy (nats) of ``softmax(a / T)`` computed from logits (docs: Solvers and statuses, numerical rules).
 
     ``H = −Σ exp(logp)·logp`` with ``logp = log_softmax(a / T)``; value and gradient stay
     finite when a weight underflows to exactly ``0``.

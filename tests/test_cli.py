@@ -112,4 +112,4 @@ def test_help_texts_agree_with_the_defaults(capsys):
     with pytest.raises(SystemExit):
         cli.main(["reproduce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "SPEC" not in text and "about 4 h" in text and "out/figures/" in text
+    assert "SPEC" not in text and "days on 2 CPU cores" in text and "out/figures/" in text

@@ -14,7 +14,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def test_there_are_examples():
-    assert {p.stem for p in EXAMPLES} >= {"quickstart", "own_check", "sweep_xarray"}
+    assert {p.stem for p in EXAMPLES} >= {"quickstart", "own_check", "sweep_xarray", "own_model", "max_margin"}
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""theory: every theorem and claim of the paper (SPEC §4) as a check that can fail.
+"""theory: every theorem and claim of the paper (Thms 3.2, 3.3, Lemmas 3.5, D.2, Eqs. 2–5, Figs. 3/12, Sec. 4.1; docs: Theorem checks) as a check that can fail.
 
 Each check has (1) functions that evaluate its statement on given trajectories and return a
 :class:`Verdict` (``holds``, signed ``worst_margin``), and (2) a default experiment — a random

@@ -1,14 +1,14 @@
-"""Independent integrations of the reduced systems (SPEC §3.1–§3.3), written out by hand
+"""Independent integrations of the reduced systems (paper Eqs. 2–4, 6–7 and Lemma 3.5), written out by hand
 (no autodiff of the loss, no engine field) and solved with their own diffrax solve.
 
 Two systems share one state ``y = (u_L, a, u_P, s)``, all of shape ``(n,)``:
 
-* logit space, the reduced ``(u, a)`` system (SPEC §3.2; Lemma 3.5 for the square loss)::
+* logit space, the reduced ``(u, a)`` system (paper Eqs. 6–7 with the sign corrected, see docs: The model and equations; Lemma 3.5 for the square loss)::
 
       σ = softmax(a),  u̇_L = γ ‖β*‖² σ,  ȧ = γ σ ⊙ (u_L − ⟨σ, u_L⟩)
 
 * probability space, the replicator ODE ``ds/dt = J(s)² Vᵀ r`` with ``Vᵀ r = γ u``
-  (SPEC §3.1; paper Eqs. 2–4)::
+  (paper Eqs. 2–4)::
 
       u̇_P = γ ‖β*‖² s,  ṡ = γ J(s)^p u_P,  J(s) = diag(s) − s sᵀ
 

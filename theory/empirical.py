@@ -40,7 +40,7 @@ NOT_POLARISED = 0.5
 NORM_N = 10
 NORM_T1 = {"logistic": 1e10, "square": 500.0}
 GD = {"logistic": (0.5, 300_000), "square": (0.1, 5_000)}
-"""GD (lr, steps) for ``l1``, whose kink at 0 stalls adaptive flow solvers (SPEC §5): the authors'
+"""GD (lr, steps) for ``l1``, whose kink at 0 stalls adaptive flow solvers (docs: Solvers and statuses): the authors'
 step sizes; 3e5 logistic iterations (the authors ran 1e5) since l1 polarises slowly."""
 
 
@@ -60,7 +60,7 @@ def _max_weight(s):
 
 @functools.lru_cache(maxsize=4)
 def polarisation_table(trials: int, seed: int) -> dict:
-    """Final largest normalised weight per loss, map and trial (SPEC §6 norm settings, n = d = 10):
+    """Final largest normalised weight per loss, map and trial (the authors' normalisation settings, paper appendix, n = d = 10):
     ``β* = randn`` normalised, ``V(0) = 0.1·randn``, ``a(0) = 1 + 0.1·randn``. Smooth maps (and
     ``relu``, whose dead coordinates stay dead) use the flow (Tsit5, ``t1`` = 1e10 logistic, 500
     square; one compile for all maps via :class:`SwitchMapModel`); ``l1`` uses the GD twin

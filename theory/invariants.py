@@ -1,4 +1,4 @@
-"""Exact identities of the flow (SPEC §3.1, §3.5): conservation of ``Σ_i a_i``, the frozen part
+"""Exact identities of the flow (paper Eqs. 2–5): conservation of ``Σ_i a_i``, the frozen part
 of ``V`` orthogonal to ``β*`` (logistic teacher), and the output response of Lemma D.2.
 
 Margins are in decades: ``log10(tol / err)`` — positive when the error is below ``tol``.
@@ -39,8 +39,8 @@ __all__ = [
 ]
 
 STATEMENTS = {
-    "inv.sum_a": "SPEC 3.5 (Eqs. 2-4, 1^T J = 0): sum_i a_i(t) is conserved",
-    "inv.v_perp": "SPEC 3.2/3.5 (Eq. 5): (I - b*b*^T/|b*|^2) V(t) is constant under the logistic teacher",
+    "inv.sum_a": "Eqs. 2-4 (1^T J = 0): sum_i a_i(t) is conserved",
+    "inv.v_perp": "Eqs. 2-5 (logistic teacher): (I - b*b*^T/|b*|^2) V(t) is constant under the logistic teacher",
     "lemD.2": "Lemma D.2: d beta/dt = (|s|^2 I + V J(s)^2 V^T) r along the integrated trajectory "
     "(finite differences of the saved states) and at its points (autodiff)",
 }
@@ -118,7 +118,7 @@ _response_batch = jax.jit(
 
 
 def output_response(traj: gradflow.Trajectory, losses, tol: float = LEMD2_TOL, power: int = 2) -> Verdict:
-    """Lemma D.2 (with the square, SPEC §3.1) at every saved point of given value-softmax
+    """Lemma D.2 (with the square on ``J(s)``, which the printed lemma drops; docs: The model and equations) at every saved point of given value-softmax
     trajectories. ``dβ/dt`` is the JVP of ``β(V, a)`` along the autodiff field
     (:func:`gradflow.gradient_field`); the formula is ``(‖s‖² I + V J(s)^power Vᵀ) r`` with
     ``r = −∇ℓ(β)``. ``power=1`` is the printed (wrong) version, used as a negative control.

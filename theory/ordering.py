@@ -1,7 +1,7 @@
 """Theorem 3.2: order preservation (a) and repulsion (b) for the logistic teacher.
 
 Indices are sorted by ``u(0)`` (descending): ``π = argsort(−u(0))``, so "``i < j``" below means
-``u_{π(i)}(0) > u_{π(j)}(0)`` (SPEC §3.4: the theorem holds for ``i < j``, gaps oriented positively).
+``u_{π(i)}(0) > u_{π(j)}(0)`` (Thm 3.2(b) is printed for ``i ≠ j``; it holds for ``i < j``, gaps oriented positively; docs: The model and equations).
 """
 
 from __future__ import annotations

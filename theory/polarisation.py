@@ -1,5 +1,5 @@
 """Theorem 3.3 (logistic teacher): loss → 0 (a), the ratio bound (b), ``Γ = Θ(log t)`` and
-``s → e_0`` (c), with the derived asymptotic fits of SPEC §4.
+``s → e_0`` (c), with asymptotic fits derived from it (docs: Theorem checks).
 
 Token ``0`` is the top-``u(0)`` token, ``δ = min_{i<j}(u_i(0) − u_j(0))`` over the sorted ``u(0)``.
 """

@@ -1,4 +1,4 @@
-"""The one registry of check ids (SPEC §4). Each id maps to a function
+"""The one registry of check ids (docs: Theorem checks). Each id maps to a function
 ``run(trials: int = 16, seed: int = 0) -> CheckResult`` running its default experiment and
 negative control."""
 

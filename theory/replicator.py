@@ -1,5 +1,5 @@
-"""Replicator form of the flow (SPEC §3.1, paper Eqs. 2–4) and the reduced ``(u, a)`` system
-(SPEC §3.2), each integrated independently (:mod:`theory._reduced`) and compared with the full
+"""Replicator form of the flow (paper Eqs. 2–4) and the reduced ``(u, a)`` system
+(paper Eqs. 6–7, sign corrected), each integrated independently (:mod:`theory._reduced`) and compared with the full
 ``(V, a)`` flow of the engine. Margin ``log10(tol / max error)``.
 """
 
@@ -18,7 +18,7 @@ from ._sweeps import as_list, lanes, logistic_sweep
 __all__ = ["STATEMENTS", "REPLICATOR_TOL", "replicator_agrees", "run_replicator"]
 
 STATEMENTS = {
-    "replicator": "Eqs. 2-4 / SPEC 3.1-3.2: p-space replicator ds/dt = J(s)^2 V^T r matches softmax(a(t)); "
+    "replicator": "Eqs. 2-4, 6-7: p-space replicator ds/dt = J(s)^2 V^T r matches softmax(a(t)); "
     "reduced (u, a) system matches the full (V, a) flow",
 }
 
