@@ -26,9 +26,9 @@ import numpy as np
 
 import gradflow
 from benchmarks._timing import timed
-from gradflow._engine import batch as _batch, stiff as _stiff
-from gradflow.trajectory import atomic_write
-from tests import reference as ref
+from gradflow.internal import engine_batch as _batch, engine_stiff as _stiff
+from gradflow.io import atomic_write
+from benchmarks import reference as ref
 
 from . import stiff as stiff_bench
 from .baselines import authors_gd, scipy_flow
@@ -434,7 +434,7 @@ def report(res, cmd, quick, elapsed) -> str:
           "## One trajectory to t = 1e12 (Fig. 2 problem, n = d = 8, atol = rtol/100)", "",
           "Error: max over 41 save points of |a − a_ref| (logits, absolute; |a| reaches ~25) against SciPy DOP853 at "
           "rtol 1e-13, atol 1e-15. SciPy integrates the same log-time system with the NumPy field of "
-          "`tests/reference.py` (γ by `expit`); it reports field evaluations (nfev), gradflow steps (Dopri8: 12 evaluations per step, "
+          "`benchmarks/reference.py` (γ by `expit`); it reports field evaluations (nfev), gradflow steps (Dopri8: 12 evaluations per step, "
           "rejected steps included). gradflow and diffrax alone warm, 50 repeats; SciPy 15 repeats when a run takes < 0.2 s, else 3.", "",
           "| method | rtol | time (s) | steps | nfev | error |", "|---|---|---|---|---|---|"]
     for r in tol:

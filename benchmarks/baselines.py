@@ -3,7 +3,7 @@
 The GD loop is written as the paper's authors would (plain NumPy, one iteration per Python
 loop turn, lr 0.1, SPEC §6 Fig. 2), with a numerically stable ``γ = expit(−⟨β*, β⟩)``. SciPy
 integrates the same log-time system ``τ = log(1 + t)`` with the independent NumPy field of
-``tests/reference.py``.
+``benchmarks/reference.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.special import expit
 
-from tests import reference as ref
+from benchmarks import reference as ref
 
 
 def authors_gd(V, a, beta_star, lr: float, iters: int, record) -> tuple[np.ndarray, np.ndarray]:

@@ -5,7 +5,7 @@ equal tolerances; error of ``p(t1)`` against a tight SciPy DOP853 reference (rto
 
 Also the numbers of the max-margin closing note: ``1 − cos(p(t), p_mm)`` at ``t = 1e4, 1e12,
 1e30``, the fitted rate ``k`` of ``1 − cos ∝ (log t)^{−k}``, and the solver steps to ``1e30``.
-Problem: draw 0 of :func:`theory.maxmargin.mm_draws` (``n = 3, T = 4, d = 10``), ``p(0) = 0``.
+Problem: draw 0 of :func:`gradflow.theory.maxmargin.mm_draws` (``n = 3, T = 4, d = 10``), ``p(0) = 0``.
 
 Run: ``python -m benchmarks.maxmargin [--quick] [--out PATH]`` (prints the Markdown table and the
 JSON; ``--out`` also writes the Markdown, atomically; ``benchmarks/MAXMARGIN.md`` holds a run).
@@ -28,7 +28,7 @@ from scipy.integrate import solve_ivp
 import gradflow
 from benchmarks._timing import timed
 from gradflow import maxmargin as mm
-from theory import maxmargin as tmm
+from gradflow.theory import maxmargin as tmm
 
 T1 = 1e30
 
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
     res = run(args.quick)
     text = markdown(res)
     if args.out:
-        from gradflow.trajectory import atomic_write
+        from gradflow.io import atomic_write
 
         atomic_write(args.out, lambda f: f.write((text + "\n").encode()))
     print(text)

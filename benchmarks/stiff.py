@@ -5,7 +5,7 @@
   ``d = m = 20`` (421 states with Γ), ``t1 = 1e6``, ``rtol 1e-8``, ``atol 1e-10``. gradflow
   ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then Rodas4) against SciPy
   ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field of
-  ``tests/reference.py``), stopped once at rest to round-off as gradflow is. The error of every run is the largest absolute deviation of ``(V, a)``
+  ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is. The error of every run is the largest absolute deviation of ``(V, a)``
   over the save points from a tight reference (Radau, ``rtol 1e-12``, ``atol 1e-14``).
 - **Kinked maps**: the norm-logistic figure's setting (``n = d = 10``, seed 42, logistic
   teacher, ``t1 = 5e4``) with the L1, ReLU-normalised and sparsemax maps under ``auto``.
@@ -23,8 +23,8 @@ from scipy.integrate import solve_ivp
 
 import gradflow
 from benchmarks._timing import timed
-from sims._paper import conditioning_init, normalisation_init
-from tests import reference as ref
+from gradflow.sims.draws import conditioning_init, normalisation_init
+from benchmarks import reference as ref
 
 __all__ = ["bench", "report", "scipy_square", "square_reference"]
 

@@ -6,14 +6,13 @@ Under the logistic teacher the reduced system gives `du_i/dt = γ ‖β*‖² s_
 random seeds with `gradflow.simulate_batch`. The negative control is a case where the statement is
 false — the square loss `½‖β* − β‖²` started beyond its target (`V(0) ≈ 3 β* 1ᵀ`, flow to `t = 100`), where `β`
 must shrink back and `u` decreases — and the check must report that it fails there. The margin is a
-`theory.Verdict`, the type of the built-in checks (`gradflow check`).
+`gradflow.theory.Verdict`, the type of the built-in checks (`gradflow check`).
 """
 
 import numpy as np
 
 import gradflow
-import theory
-
+from gradflow import theory
 N = D = 6
 SEEDS = 32
 ROUNDOFF = 1e-12  # allowed relative decrease: the flow is integrated to rtol 1e-10

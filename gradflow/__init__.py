@@ -8,6 +8,10 @@ import jax
 
 jax.config.update("jax_enable_x64", True)
 
+from ._layout import install_source_finder as _install_source_finder  # noqa: E402
+
+_install_source_finder(__path__[0])  # gradflow.theory / gradflow.sims from a source checkout
+
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
 from ._cache import enable_compilation_cache  # noqa: E402

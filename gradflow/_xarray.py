@@ -38,8 +38,10 @@ LONG_NAMES = {
 
 def provenance() -> dict:
     """Versions of gradflow and the packages that computed a result (for ``attrs``)."""
-    out = {}
-    for pkg in ("gradflow", "jax", "jaxlib", "diffrax", "equinox", "numpy"):
+    from . import __version__
+
+    out = {"version_gradflow": __version__}  # by import name (distribution gradflow-attn)
+    for pkg in ("jax", "jaxlib", "diffrax", "equinox", "numpy"):
         try:
             out[f"version_{pkg}"] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

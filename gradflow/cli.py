@@ -27,7 +27,7 @@ def _progress(args) -> bool:
 
 
 def _cmd_figures(args) -> int:
-    from sims._registry import build, figure_ids, get_figure
+    from gradflow.sims._registry import build, figure_ids, get_figure
 
     if args.list:
         for fig_id in figure_ids():
@@ -133,14 +133,14 @@ def _check_statement(check_id: str) -> str:
     """The statement a check tests, from its module's ``STATEMENTS`` table ("" if it has none)."""
     import importlib
 
-    from theory import get_check
+    from gradflow.theory import get_check
 
     module = importlib.import_module(get_check(check_id).__module__)
     return str(getattr(module, "STATEMENTS", {}).get(check_id, ""))
 
 
 def _cmd_check(args) -> int:
-    from theory import check_ids, get_check, run_checks
+    from gradflow.theory import check_ids, get_check, run_checks
 
     if args.list:
         ids = args.ids or check_ids()
@@ -161,7 +161,7 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from theory import DEFAULT_TRIALS, run_checks
+    from gradflow.theory import DEFAULT_TRIALS, run_checks
 
     results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
     _print_check_table(results)

@@ -45,6 +45,12 @@ class AbstractLoss(eqx.Module):
         raise NotImplementedError
 
     @property
+    def dim_origin(self) -> str:
+        """Which argument of the loss sets :attr:`dim`, with its shape, for error messages (e.g.
+        ``"the length of LogisticTeacher.beta_star (shape (4,))"``)."""
+        return f"the output dimension of {type(self).__name__}"
+
+    @property
     def has_finite_minimiser(self) -> bool:
         """Whether ``L(V, a) = ℓ(β(V, a))`` can come to rest at finite parameters (a finite
         minimiser of ``ℓ`` that the model reaches). ``True`` by default (square loss,
@@ -105,6 +111,10 @@ class LogisticTeacher(AbstractLoss):
     def dim(self) -> int:
         return self.beta_star.shape[0]
 
+    @property
+    def dim_origin(self) -> str:
+        return f"the length of the loss's beta_star (LogisticTeacher.beta_star has shape {tuple(self.beta_star.shape)})"
+
     def gamma(self, beta):
         return jax.nn.sigmoid(-jnp.dot(self.beta_star, beta))
 
@@ -154,6 +164,12 @@ class SquareLoss(AbstractLoss):
     def dim(self) -> int:
         return self.target.shape[0] if self.design is None else self.design.shape[1]
 
+    @property
+    def dim_origin(self) -> str:
+        if self.design is None:
+            return f"the length of the loss's target, the teacher beta_star (SquareLoss.target has shape {tuple(self.target.shape)})"
+        return f"the columns of the loss's design (SquareLoss.design has shape {tuple(self.design.shape)})"
+
     def gamma(self, beta):
         if self.design is None:
             r = 2.0 * self.scale * (self.target - beta)
@@ -187,3 +203,7 @@ class SoftTargetCrossEntropy(AbstractLoss):
     @property
     def dim(self) -> int:
         return self.p_star.shape[0]
+
+    @property
+    def dim_origin(self) -> str:
+        return f"the length of the loss's p_star (SoftTargetCrossEntropy.p_star has shape {tuple(self.p_star.shape)})"

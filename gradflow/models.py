@@ -103,7 +103,8 @@ def _check_value_softmax(model_name, V, a, loss, n_expected_a):
     if a.shape != (n_expected_a,):
         raise bad_arg("a0.shape", tuple(a.shape), f"({n_expected_a},) to match V0.shape = {tuple(V.shape)}")
     if V.shape[0] != loss.dim:
-        raise bad_arg("V0.shape", tuple(V.shape), f"(d, n) with d = {loss.dim}, the loss's output dimension")
+        raise bad_arg("V0.shape", tuple(V.shape), f"(d, n) with d = {loss.dim}, {loss.dim_origin}: V0 "
+                      f"has d = {V.shape[0]} rows, so V0 or the loss is of the wrong size")
 
 
 class ValueSoftmax(AbstractModel):
@@ -156,7 +157,8 @@ class RowWise(AbstractModel):
         if a.shape != (T, T):
             raise bad_arg("a0.shape", tuple(a.shape), f"({T}, {T}) (one row of logits per token) for model 'rowwise'")
         if V.shape[0] != loss.dim:
-            raise bad_arg("V0.shape", tuple(V.shape), f"(d, T) with d = {loss.dim}, the loss's output dimension")
+            raise bad_arg("V0.shape", tuple(V.shape), f"(d, T) with d = {loss.dim}, {loss.dim_origin}: V0 "
+                      f"has d = {V.shape[0]} rows, so V0 or the loss is of the wrong size")
 
 
 MODELS: dict[str, type[AbstractModel]] = {

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from typing import Any
 
 import equinox as eqx
@@ -15,10 +14,11 @@ from jaxtyping import Array, Bool, Float, Int
 
 from ._engine.solve import Status
 from ._errors import bad_arg
+from .io import atomic_write, load_npz
 from .losses import AbstractLoss
 from .models import AbstractModel
 
-__all__ = ["Solution", "Trajectory", "STATUS", "compute_metrics", "atomic_write", "remove_stale_temporaries", "winners"]
+__all__ = ["Solution", "Trajectory", "STATUS", "compute_metrics", "winners"]
 
 STATUS = tuple(status.name for status in Status)  # ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
 """Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` stalled:
@@ -123,10 +123,13 @@ class Trajectory(_Run):
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Trajectory":
-        """Read a file written by :meth:`save`."""
-        with np.load(path, allow_pickle=False) as z:
-            fields = {name: jnp.asarray(z[name]) for name in cls._ARRAYS if name in z.files}
-            meta = json.loads(str(z["_meta_json"]))
+        """Read a file written by :meth:`save`.
+
+        Raises :class:`gradflow.GradflowValueError` naming the file when it is missing, truncated
+        or not a saved trajectory (no ``t``/``V``/``a``/``_meta_json`` arrays)."""
+        z = load_npz(path, required=("t", "V", "a", "_meta_json"), what="a Trajectory saved by Trajectory.save")
+        fields = {name: jnp.asarray(z[name]) for name in cls._ARRAYS if name in z}
+        meta = json.loads(str(z["_meta_json"]))
         return cls(meta=tuple(sorted(meta.items())), **fields)
 
 
@@ -170,78 +173,6 @@ class Solution(_Run):
     k: Int[Array, "*B T"] | None = None
     meta: tuple = eqx.field(static=True, default=())
 
-
-
-def atomic_write(path: str | os.PathLike, write, exclusive: bool = False) -> bool:
-    """Call ``write(fileobj)`` on a temporary file beside ``path``, then rename it into place.
-
-    A crash leaves either the old file or the new one, never a partial file under ``path``. The
-    temporary file is named ``.NAME.tmp-PID-XXXX`` (``NAME`` the target's file name, ``PID`` the
-    writing process) and removed on any exception; only a hard kill (SIGKILL, power loss) can
-    leave one behind, which :func:`remove_stale_temporaries` clears.
-
-    ``exclusive=True``: put the file in place only if ``path`` does not exist yet (a hard link
-    of the complete temporary, so of two writers started together exactly one wins; on a file
-    system without hard links it falls back to a rename). Returns whether the file was written.
-    """
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.tmp-{os.getpid()}-",
-                               suffix=os.path.splitext(path)[1])
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file the usual permissions
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        if not exclusive:
-            os.replace(tmp, path)
-            return True
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
-        except OSError:  # no hard links here: not exclusive, still atomic
-            os.replace(tmp, path)
-            return True
-        return True
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _writer_alive(name: str) -> bool:
-    """Whether the process that named temporary ``name`` (``.NAME.tmp-PID-XXXX``) still runs on
-    this host (then it is a write in progress, e.g. a second ``gradflow figures`` into the same
-    folder). Names without a PID are older gradflow's: treated as stale."""
-    pid = name.rsplit(".tmp-", 1)[1].split("-", 1)[0]
-    if not pid.isdigit():
-        return False
-    try:
-        os.kill(int(pid), 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # exists, owned by someone else
-        return True
-    return True
-
-
-def remove_stale_temporaries(directory: str | os.PathLike, stem: str) -> list[str]:
-    """Delete temporary files :func:`atomic_write` left in ``directory`` for targets whose file
-    name starts with ``stem`` after a hard kill (their writing process is gone; temporaries of
-    a live process are a write in progress and are kept); returns the names removed."""
-    removed = []
-    for name in sorted(os.listdir(directory)) if os.path.isdir(directory) else []:
-        if name.startswith(f".{stem}") and ".tmp-" in name and not _writer_alive(name):
-            try:
-                os.unlink(os.path.join(directory, name))
-            except FileNotFoundError:  # its writer renamed it into place meanwhile
-                continue
-            removed.append(name)
-    return removed
 
 
 def winners(weights, rtol: float = 1e-12) -> np.ndarray:

@@ -1,4 +1,5 @@
-"""Helpers shared by the figure modules: the paper's initial draws and progress reporting."""
+"""Helpers shared by the figure modules: progress reporting and marker thinning (the initial draws are
+:mod:`gradflow.sims.draws`)."""
 
 from __future__ import annotations
 
@@ -6,17 +7,6 @@ import contextlib
 
 import numpy as np
 from tqdm.auto import tqdm
-
-
-def fig2_init(seed: int = 123, n: int = 8):
-    """Fig. 2's draws (the authors' notebook; docs: Figures), NumPy legacy ``RandomState(seed)`` in the authors' order:
-    ``V = 0.1·randn(n, n)``, then ``a = 0·randn(n)`` (the draw is consumed), then
-    ``β* = randn(n)`` normalised. Returns ``(V0, a0, beta_star)`` as float64 arrays."""
-    rng = np.random.RandomState(seed)
-    V0 = 0.1 * rng.randn(n, n)
-    a0 = 0.0 * rng.randn(n)
-    beta_star = rng.randn(n)
-    return V0, a0, beta_star / np.linalg.norm(beta_star)
 
 
 @contextlib.contextmanager

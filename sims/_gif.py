@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from gradflow.trajectory import atomic_write
+from gradflow.io import atomic_write
 
 
 def save_gif(fig, draw: Callable[[int], None], frames: Sequence[int], path: str, *, ms_per_frame: int = 700,

@@ -25,37 +25,37 @@ from typing import Any
 
 import numpy as np
 
-from gradflow.trajectory import atomic_write, remove_stale_temporaries
+from gradflow.io import atomic_write, remove_stale_temporaries
 
 __all__ = ["Figure", "FIGURE_MODULES", "figure_ids", "get_figure", "build", "provenance"]
 
 # id -> module under sims/ (imported lazily so `gradflow figures --list` is fast)
 FIGURE_MODULES: dict[str, str] = {
-    "fig2": "sims.fig2",
-    "softmax-temperature": "sims.softmax_temperature",
-    "scaling": "sims.scaling",
-    "causal-mask": "sims.causal_mask",
-    "it-animal": "sims.it_animal",
+    "fig2": "gradflow.sims.fig2",
+    "softmax-temperature": "gradflow.sims.softmax_temperature",
+    "scaling": "gradflow.sims.scaling",
+    "causal-mask": "gradflow.sims.causal_mask",
+    "it-animal": "gradflow.sims.it_animal",
     # beyond the paper (issue 4, item 2)
-    "long-horizon": "sims.long_horizon",
-    "gamma": "sims.gamma",
-    "bound": "sims.bound",
-    "gd-vs-flow": "sims.gd_vs_flow",
-    "sinks-rowwise": "sims.sinks_rowwise",
-    "max-margin": "sims.max_margin",
+    "long-horizon": "gradflow.sims.long_horizon",
+    "gamma": "gradflow.sims.gamma",
+    "bound": "gradflow.sims.bound",
+    "gd-vs-flow": "gradflow.sims.gd_vs_flow",
+    "sinks-rowwise": "gradflow.sims.sinks_rowwise",
+    "max-margin": "gradflow.sims.max_margin",
     # paper figures (Figs. 3, 12 and the appendix's)
-    "fig3": "sims.fig3",
-    "fig12": "sims.fig12",
-    "norm-square": "sims.norm_square",
-    "norm-logistic": "sims.norm_logistic",
-    "massive": "sims.massive",
-    "kl": "sims.kl",
+    "fig3": "gradflow.sims.fig3",
+    "fig12": "gradflow.sims.fig12",
+    "norm-square": "gradflow.sims.norm_square",
+    "norm-logistic": "gradflow.sims.norm_logistic",
+    "massive": "gradflow.sims.massive",
+    "kl": "gradflow.sims.kl",
     # Sec. 4 transformer experiments (sims/transformer/, shared data in sims/_sec4.py)
-    "sinks-induction": "sims.sinks_induction",
-    "accuracy-induction": "sims.accuracy_induction",
-    "flip-rate": "sims.flip_rate",
-    "sparsity-heads": "sims.sparsity_heads",
-    "attn-patterns": "sims.attn_patterns",
+    "sinks-induction": "gradflow.sims.sinks_induction",
+    "accuracy-induction": "gradflow.sims.accuracy_induction",
+    "flip-rate": "gradflow.sims.flip_rate",
+    "sparsity-heads": "gradflow.sims.sparsity_heads",
+    "attn-patterns": "gradflow.sims.attn_patterns",
 }
 
 
@@ -88,7 +88,7 @@ def figure_ids() -> list[str]:
 
 
 def get_figure(fig_id: str) -> Figure:
-    from gradflow._errors import bad_arg
+    from gradflow.internal import bad_arg
 
     if fig_id not in FIGURE_MODULES:
         raise bad_arg("figure id", fig_id, f"one of {figure_ids()}")
@@ -110,8 +110,10 @@ def _git_revision() -> str:
 
 def provenance() -> dict[str, Any]:
     """Package versions, Python, platform and git revision."""
-    versions = {}
-    for pkg in ("gradflow", "jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"):
+    import gradflow
+
+    versions = {"gradflow": gradflow.__version__}  # by import name (distribution gradflow-attn)
+    for pkg in ("jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"):
         try:
             versions[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:

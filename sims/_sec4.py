@@ -1,7 +1,7 @@
 """Shared config and data of the five Sec. 4 figures: one table of runs, many views.
 
 The figures (``sinks-induction``, ``accuracy-induction``, ``flip-rate``, ``sparsity-heads``,
-``attn-patterns``) read the same per-run results (``sims.transformer.sweep.collect``), run as the
+``attn-patterns``) read the same per-run results (``gradflow.sims.transformer.sweep.collect``), run as the
 authors' code runs them (``tml-epfl/softmax``; paper Sec. 4): induction runs of the sink grid
 (every variant at 4 heads; at paper scale also 1 head for softmax, sigmoid and linear w/o norm)
 and group runs of the flip grid (1 layer × 1 head, vocab 41, MLP on/off × LayerNorm on/off, and
@@ -84,7 +84,7 @@ def _recorded(task: str, settings: dict) -> dict:
 
 def config(quick: bool, tasks=("induction", "groups")) -> dict:
     """Figure config: scale, variants, seeds, the grid settings of each shown task (every
-    :class:`~sims.transformer.train.RunConfig` field: ``n_layers``, ``n_heads``, ``vocab``,
+    :class:`~gradflow.sims.transformer.train.RunConfig` field: ``n_layers``, ``n_heads``, ``vocab``,
     ``shift_query``, ``early_stop``, ``lr``, ``sink_rows`` …) and whether missing runs are trained."""
     variants = QUICK_VARIANTS if quick else VARIANTS
     cfg = {"scale": "quick" if quick else "paper", "variants": [variant_name(*v) for v in variants],

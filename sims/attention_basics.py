@@ -30,7 +30,7 @@ import optax
 from jaxtyping import Array, Float, Int
 
 import gradflow  # noqa: F401  (enables float64)
-from gradflow._errors import bad_arg
+from gradflow.internal import bad_arg
 from gradflow.maps import apply_map
 from gradflow.maps import softmax_entropy as _softmax_entropy
 

@@ -6,15 +6,15 @@ u_j(0))``) and every ``j ≠ 0``, ``t ≥ 0``::
 
     s_j(t)/s_0(t) ≤ 1/(1 + (δ/n) Γ(t)).
 
-Runs: Fig. 2's draws (:func:`sims._common.fig2_init`) to ``t1``, its GD twin (lr 0.1, ``Γ`` the
+Runs: Fig. 2's draws (:func:`gradflow.sims.draws.fig2_init`) to ``t1``, its GD twin (lr 0.1, ``Γ`` the
 Riemann sum), and the random logistic sweep of the theorem checks
-(:func:`theory._sweeps.logistic_sweep`, ``trials`` draws, two shapes, ``t1 = 1e12``).
+(:func:`gradflow.theory.experiments.logistic_sweep`, ``trials`` draws, two shapes, ``t1 = 1e12``).
 Panel (a): Fig. 2's ``s_j/s_0`` (``log s_j/s_0 = a_j − a_0`` from logits) and the bound.
 Panel (b): the bound in exponent form, ``min_j log(s_0/s_j) / log(1 + (δ/n)Γ)`` for every run
 (scale-free; ``≥ 1`` exactly where the bound holds). Grey: the same with a deliberately wrong ``δ' = 2(u_0(0) − u_1(0))``
 (the negative control of ``gradflow check thm3.3b``), which must fall below 1. Slack is measured in
 log form, ``min_{t>0, j≠0} [(a_0 − a_j) − log(1 + (δ/n)Γ)]``, by
-:func:`theory.polarisation.ratio_bound`.
+:func:`gradflow.theory.polarisation.ratio_bound`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from theory._sweeps import lanes, logistic_sweep
-from theory.polarisation import ratio_bound
+from gradflow.theory.experiments import lanes, logistic_sweep
+from gradflow.theory.polarisation import ratio_bound
 
 from . import style
 from ._beyond import flow_grid, gd_record, require_ok
-from ._common import fig2_init, phases, thin
+from ._common import phases, thin
+from .draws import fig2_init
 from ._registry import Figure
 
 

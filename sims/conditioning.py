@@ -1,6 +1,6 @@
 """Data shared by Figs. 3 and 12: square loss with an ill-conditioned design (paper Figs. 3/12).
 
-For each κ in ``kappas``: the authors' draws (:func:`sims._paper.conditioning_init`, seed 123
+For each κ in ``kappas``: the authors' draws (:func:`gradflow.sims.draws.conditioning_init`, seed 123
 per κ), loss ``Σ(y − X W s)²`` (no ½: ``SquareLoss(y, X, scale=1)``), the gradient flow
 (diffrax, ``solver="auto"``) to ``t1`` and GD at the authors' lr 1e-3 for ``gd_steps``
 iterations (flow time ``t = lr·k``). The claim (empirical, no theorem): the final attention
@@ -14,7 +14,8 @@ import numpy as np
 import gradflow
 
 from ._common import phases
-from ._paper import conditioning_init, flow_status, flow_times, gd_record, grad_norms
+from ._paper import flow_status, flow_times, gd_record, grad_norms
+from .draws import conditioning_init
 
 __all__ = ["config", "compute", "summary", "increases_with_kappa"]
 

@@ -1,6 +1,6 @@
 """Fig. 12 (appendix): the conditioning runs of Fig. 3 in full, one row per κ.
 
-Paper setting as :mod:`sims.fig3` (the authors' notebook). Rows κ ∈ {1, …, 5}; columns: the loss
+Paper setting as :mod:`gradflow.sims.fig3` (the authors' notebook). Rows κ ∈ {1, …, 5}; columns: the loss
 ``Σ(y − XWs)²`` (log–log), the gradient norms ``‖∇_W L‖`` and ``‖∇_a L‖`` (log–log) and the
 logits ``a_i(t)`` (semilog-x). Flow solid, GD at lr 1e-3 as markers (``t = lr·k``).
 """

@@ -12,7 +12,8 @@ import numpy as np
 import gradflow
 
 from . import style
-from ._common import fig2_init, phases, thin
+from ._common import phases, thin
+from .draws import fig2_init
 from ._registry import Figure
 
 

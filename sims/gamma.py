@@ -1,14 +1,14 @@
 """``gamma``: the polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` against ``log t``.
 
 Beyond the paper (Thm 3.3(c), Lemma 3.5). Fig. 2's draws
-(:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``) under
+(:func:`gradflow.sims.draws.fig2_init`, seed 123, ``n = d = 8``) under
 
 - the logistic teacher with ``β* = ρ·β̂*`` for ``ρ ∈ rhos`` (``β̂*`` Fig. 2's unit teacher), to
   ``t1 = 1e30``: ``Γ = Θ(log t)`` with slope ``dΓ/dlog t → 1/ρ²`` (fitted over ``fit_window`` by
-  :func:`theory.polarisation.asymptotic_fits`);
+  :func:`gradflow.theory.polarisation.asymptotic_fits`);
 - the square loss ``½‖β* − β‖²`` (Eq. 8, ``ρ = 1``) from Fig. 2's ``V(0)`` and from ``V(0) = 0``
   (Lemma 3.5, ``a(0) = a0_scale·randn(n)`` drawn from ``RandomState(seed + 1)``), to
-  ``square_t1``: ``Γ`` reaches a plateau ``Γ(∞)`` (:func:`theory.square.partial_polarisation`).
+  ``square_t1``: ``Γ`` reaches a plateau ``Γ(∞)`` (:func:`gradflow.theory.square.partial_polarisation`).
 
 GD (lr 0.1, ``Γ`` as the Riemann sum ``Σ lr·γ_k``) overlays the ``ρ = 1`` logistic run and the
 square run from Fig. 2's ``V(0)``. Panels: (a) logistic ``Γ(t)`` (semilog-x) with the fitted lines; (b) square ``Γ(t)``;
@@ -23,13 +23,14 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from theory._sweeps import lanes
-from theory.polarisation import asymptotic_fits
-from theory.square import partial_polarisation
+from gradflow.theory.experiments import lanes
+from gradflow.theory.polarisation import asymptotic_fits
+from gradflow.theory.square import partial_polarisation
 
 from . import style
 from ._beyond import flow_grid, gd_record, require_ok, sci, valid_arrays
-from ._common import fig2_init, phases, thin
+from ._common import phases, thin
+from .draws import fig2_init
 from ._registry import Figure
 
 SQUARE_COLORS = ("tab:red", "tab:brown")

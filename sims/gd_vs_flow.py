@@ -3,7 +3,7 @@ steps change the outcome.
 
 Beyond the paper (the authors' figures ran GD, "t" = iteration; GD is the explicit Euler scheme
 of the flow, so at flow time ``t = lr·k`` it should differ from the flow by ``O(lr)``).
-Fig. 2's draws (:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``).
+Fig. 2's draws (:func:`gradflow.sims.draws.fig2_init`, seed 123, ``n = d = 8``).
 
 - (a) Error against step size: ``lr = T/K`` for ``K ∈ ks``; GD is recorded at the flow times
   ``t_j = T·j/M`` (``j = 0..M``, exact multiples of ``lr``) and compared with the flow (Dopri8,
@@ -14,7 +14,7 @@ Fig. 2's draws (:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``).
   ``big_lrs`` against the flow. Every lr keeps the flow's winner ``argmax u(0)``: from
   ``a(0) = 0`` the top token's ``u`` and ``a`` increments are the largest at every step, for any
   lr, and ``γ ≤ 1`` bounds the gradient (no divergence). ``winner_draws`` random draws of the
-  theory sweep (:func:`theory._sweeps.logistic_draws`) are checked at ``big_lrs`` too.
+  theory sweep (:func:`gradflow.theory.experiments.logistic_draws`) are checked at ``big_lrs`` too.
 - (c) Square loss, to flow time ``square_t``, ``lr ∈ square_lrs``: final ``s_i`` per token
   (converged runs) and the runs that diverge (``descend`` status ``nonfinite``), against the
   stability limits ``2/λ_max(∇²L)`` at ``θ(0)`` and at the flow's limit point.
@@ -28,11 +28,12 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from theory._sweeps import fit_line, logistic_draws
+from gradflow.theory.experiments import fit_line, logistic_draws
 
 from . import style
 from ._beyond import flow_grid, require_ok, sci
-from ._common import fig2_init, phases
+from ._common import phases
+from .draws import fig2_init
 from ._registry import Figure
 
 

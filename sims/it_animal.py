@@ -9,7 +9,7 @@ The attention row of "it" in "the animal did not cross the street because it was
     ``jax.random.PRNGKey(seed)`` over a fixed vocabulary;
 (b) random (untrained) projections ``W_Q, W_K ~ N(0, 1/d)`` of shape ``(d, d_k)``;
 (c) the projections of (b) trained with optax Adam on a synthetic co-reference toy task
-    (:func:`sims.attention_basics.coreference_dataset`: "the X did not V the Y because it was
+    (:func:`gradflow.sims.attention_basics.coreference_dataset`: "the X did not V the Y because it was
     too ADJ", one of X, Y an animal noun, "it" → the animal noun), embeddings fixed. The test
     sentence itself is held out of training, and so is a random 20 % of the other sentences
     (their accuracy is reported). The query sees only the embedding of "it", so the trained

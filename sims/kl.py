@@ -1,7 +1,7 @@
 """``kl``: soft-target cross-entropy (the appendix "KL" experiment).
 
 ``ℓ(β) = −Σ_k p*_k log softmax(β)_k`` with class logits ``β = V s`` (``V`` of shape ``(k, n)``,
-the transpose of the authors' ``(n, k)`` matrix: :func:`sims._paper.kl_init`), ``d = k = 10``,
+the transpose of the authors' ``(n, k)`` matrix: :func:`gradflow.sims.draws.kl_init`), ``d = k = 10``,
 seed 123, ``p* = softmax(10·rand(10))``, GD lr 0.1 for 1e7 iterations (flow time 1e6).
 With a soft target the loss has a finite minimiser (``softmax(Vs) = p*``, loss ``= H(p*)``), so
 the flow comes to rest at a finite ``a``: the attention need not go one-hot.
@@ -18,7 +18,8 @@ import gradflow
 
 from . import style
 from ._common import phases, thin
-from ._paper import flow_status, flow_times, gd_record, grad_norms, kl_init
+from ._paper import flow_status, flow_times, gd_record, grad_norms
+from .draws import kl_init
 from ._registry import Figure
 
 FLOOR = 1e-15

@@ -1,11 +1,11 @@
 """``long-horizon``: Fig. 2's run continued from the paper's ``t = 1e5`` to ``t = 1e30``.
 
 Beyond the paper (asymptotics derived from the flow, Thm 3.3; docs: Model, "Derived asymptotics"). Same draws as Fig. 2
-(:func:`sims._common.fig2_init`, seed 123, ``n = d = 8``); the flow (Dopri8 in log time) to
+(:func:`gradflow.sims.draws.fig2_init`, seed 123, ``n = d = 8``); the flow (Dopri8 in log time) to
 ``t1 = 1e30`` and GD at the authors' lr 0.1 (``1e6`` iterations, i.e. up to ``t = 1e5``, where
 the paper stopped). Panels: (a) ``s_i(t)`` log–log; (b) ``1 − s_0`` (from logits) and the
 entropy ``H(s)``, with the fit ``1 − s_0 ≈ C/log² t`` of
-:func:`theory.polarisation.asymptotic_fits` over ``fit_window``; (c) the local exponent
+:func:`gradflow.theory.polarisation.asymptotic_fits` over ``fit_window``; (c) the local exponent
 ``d log(1 − s_0) / d log log t``, which creeps towards ``−2`` (``Θ(1/log² t)``), sharper than
 the ``O(1/log t)`` that Thm 3.3(b) with ``Γ = Θ(log t)`` gives (exponent ``−1``).
 """
@@ -16,12 +16,13 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from theory._sweeps import lanes
-from theory.polarisation import asymptotic_fits
+from gradflow.theory.experiments import lanes
+from gradflow.theory.polarisation import asymptotic_fits
 
 from . import style
 from ._beyond import flow_grid, gd_record, one_minus_top, require_ok, valid_arrays
-from ._common import fig2_init, phases, thin
+from ._common import phases, thin
+from .draws import fig2_init
 from ._registry import Figure
 
 PAPER_GD_END = 1e5

@@ -1,7 +1,7 @@
 """``massive``: massive activations in the tied model (paper appendix, tied model).
 
 Tied model ``α = softmax(U a)``, ``β = U α`` with ``U(0) = I`` (:class:`gradflow.Tied`), logistic
-teacher, ``D ∈ {10, 20, 50, 100}``, seed 42 (:func:`sims._paper.massive_init`), GD lr 0.05 for
+teacher, ``D ∈ {10, 20, 50, 100}``, seed 42 (:func:`gradflow.sims.draws.massive_init`), GD lr 0.05 for
 1e4 iterations (flow time 500). Claim: attention concentrates on one token and the selected
 column of ``U`` grows far beyond the others. Rows: ``D``; columns: loss (log–log), ``α_i(t)``,
 column norms ``‖U[:, j](t)‖`` (selected column highlighted), log-x; flow solid, GD markers.
@@ -16,7 +16,8 @@ import gradflow
 
 from . import style
 from ._common import phases, thin
-from ._paper import flow_times, gd_record, massive_init
+from ._paper import flow_times, gd_record
+from .draws import massive_init
 from ._registry import Figure
 
 

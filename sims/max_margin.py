@@ -1,7 +1,7 @@
 """``max-margin``: max-margin token selection (Tarzanagh, Li, Zhang, Oymak, NeurIPS 2023;
 Tarzanagh, Li, Thrampoulidis, Oymak, 2023) followed by the flow to ``t = 1e30``.
 
-Beyond the paper. Data: :func:`theory.maxmargin.mm_draws` (p-attention ``f(X) = vᵀXᵀsoftmax(Xp)``,
+Beyond the paper. Data: :func:`gradflow.theory.maxmargin.mm_draws` (p-attention ``f(X) = vᵀXᵀsoftmax(Xp)``,
 ``n = 3`` samples, ``T = 4`` tokens, ``d = 10``, equal non-optimal scores: the setting of global
 convergence), ``p(0) = 0``, logistic loss; the flow is :func:`gradflow.integrate_batch`
 (rtol 1e-10) in log time.
@@ -29,10 +29,11 @@ import numpy as np
 
 import gradflow
 from gradflow import maxmargin as mm
-from theory import maxmargin as tmm
+from gradflow.theory import maxmargin as tmm
 
 from . import style
-from ._common import fig2_init, phases
+from ._common import phases
+from .draws import fig2_init
 from ._registry import Figure
 
 

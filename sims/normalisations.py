@@ -1,7 +1,7 @@
 """Data and plot shared by ``norm-square`` and ``norm-logistic`` (paper appendix).
 
 Six maps ``a ↦ α`` (L1 ``|z|/Σ|z|``, signed sum ``z/Σz``, L2 ``z²/Σz²``, softmax, ReLU-normalised,
-element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`sims._paper.normalisation_init`:
+element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`gradflow.sims.draws.normalisation_init`:
 every map starts from the same ``(V0, a0)``, ``a0 ≈ 1``). The flow of each map (solid) is drawn
 with GD at the authors' step size (markers, ``t = lr·k``).
 
@@ -23,7 +23,8 @@ import gradflow
 
 from . import style
 from ._common import phases, thin
-from ._paper import flow_status, flow_times, gd_record, normalisation_init
+from ._paper import flow_status, flow_times, gd_record
+from .draws import normalisation_init
 
 MAPS = ["l1", "sum", "l2", "softmax", "relu", "sigmoid"]
 LABELS = {

@@ -8,11 +8,11 @@ token ``j``'s value), the transpose of the paper's ``V ∈ R^{T×d}``; ``u(0) = 
 Draws (trial ``k``): ``default_rng([seed, k])`` gives ``β* = g/‖g‖`` (``g ~ N(0, I_d)``) then
 ``V(0) = v_scale·randn(d, T)``; ``A(0) = c·randn(T, T)`` from ``default_rng([seed, k, 1])`` for
 each scale ``c`` in ``a_scales`` (``c = 0`` is ``A(0) = 0``). ``T``, ``d``, ``t1`` are the sink
-check's (:mod:`theory.empirical`). Top rows: ``s(t)`` as a ``T×T`` map (rows = queries) at a few
+check's (:mod:`gradflow.theory.empirical`). Top rows: ``s(t)`` as a ``T×T`` map (rows = queries) at a few
 flow times for trial 0 with ``A(0) = 0`` and with ``A(0) = example_scale·randn``; the column of
 ``argmax u(0)`` is marked. Bottom left: each row's weight on its final top column over time for both
 examples (flow solid; GD at lr 0.1 as markers for ``A(0) = 0``). Bottom right, over ``trials``
-draws per scale, by :func:`theory.empirical.sink_verdict`: the fraction whose rows all end on one
+draws per scale, by :func:`gradflow.theory.empirical.sink_verdict`: the fraction whose rows all end on one
 common token, the fraction whose rows all end on ``argmax u(0)`` and the fraction where every
 row holds a majority (> ½) on it at ``t1``. With ``A(0) = 0`` every row has the same dynamics
 (the theorem: all rows → ``argmax u(0)``); for ``A(0) ≠ 0`` the fractions are empirical.
@@ -24,7 +24,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from theory.empirical import SINK_D, SINK_T, SINK_T1, sink_verdict
+from gradflow.theory.empirical import SINK_D, SINK_T, SINK_T1, sink_verdict
 
 from . import style
 from ._beyond import flow_grid, gd_record, require_ok, sci

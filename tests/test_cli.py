@@ -74,7 +74,7 @@ class _Stream:
 def test_progress_bars_only_on_a_terminal(monkeypatch, tmp_path, tty, flag, expected):
     """Bars are drawn only when stderr is a terminal (a log gets no ``\\r`` redraws) and never with
     --no-progress: the flag the builder receives, for each of the three cases."""
-    import sims._registry
+    import gradflow.sims._registry
 
     seen = []
 
@@ -82,14 +82,14 @@ def test_progress_bars_only_on_a_terminal(monkeypatch, tmp_path, tty, flag, expe
         seen.append(progress)
         return {"cached": True, "summary": {}}
 
-    monkeypatch.setattr(sims._registry, "build", fake_build)
+    monkeypatch.setattr(gradflow.sims._registry, "build", fake_build)
     monkeypatch.setattr(sys, "stderr", _Stream(tty))
     assert cli.main(["figures", "fig2", "--out", str(tmp_path), "--no-cache", *flag]) == 0
     assert seen == [expected]
 
 
 def test_check_list_prints_every_id_with_its_statement(capsys):
-    from theory import check_ids
+    from gradflow.theory import check_ids
 
     assert cli.main(["check", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -23,8 +23,8 @@ def test_json_and_table(capsys):
 
 
 def test_exit_1_when_a_check_fails_or_a_control_holds(monkeypatch, capsys):
-    import theory
-    from theory import CheckResult
+    from gradflow import theory
+    from gradflow.theory import CheckResult
 
     def fake(holds, control_holds):
         return lambda trials=16, seed=0: CheckResult(

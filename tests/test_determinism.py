@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import gradflow
-import theory
-from theory import _sweeps
+from gradflow import theory
+from gradflow.theory import experiments as _sweeps
 from tests.test_simulate import fig2_problem
 
 FIELDS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "u", "valid", "num_steps", "status_code", "t_end")

@@ -10,7 +10,7 @@ from gradflow import flow as _flow
 
 def _setting():
     """The norm-logistic figure's draws (n = d = 10, seed 42, logistic teacher)."""
-    from sims._paper import normalisation_init
+    from gradflow.sims.draws import normalisation_init
 
     beta_star, V0, a0 = normalisation_init(42, 10)
     return gradflow.LogisticTeacher(beta_star), V0, a0

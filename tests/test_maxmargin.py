@@ -1,7 +1,7 @@
 """Max-margin token selection: models against a NumPy re-implementation, data generator
 properties, the att-SVM against its KKT conditions, an independent formulation (Lawson–Hanson
 least-distance programming via SciPy's NNLS) and a hand-solved case, and the checks' verdicts on
-constructed trajectories (``theory.maxmargin``)."""
+constructed trajectories (``gradflow.theory.maxmargin``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from scipy.optimize import nnls
 
 import gradflow
 from gradflow import maxmargin as mm
-from theory import maxmargin as tmm
+from gradflow.theory import maxmargin as tmm
 
 
 def _np_softmax(z):

@@ -14,8 +14,8 @@ import pytest
 BLOCKER = '''
 import os, time
 import numpy as np
-from gradflow.trajectory import atomic_write
-from sims._registry import Figure
+from gradflow.io import atomic_write
+from gradflow.sims._registry import Figure
 
 def compute(cfg, progress=False):
     if os.environ.get("BLOCK_FIGURE"):
@@ -39,7 +39,7 @@ FIGURE = Figure(id="blocker", title="test figure that hangs mid-write", config=l
 DRIVER = '''
 import sys
 sys.path.insert(0, sys.argv[1])
-from sims import _registry
+from gradflow.sims import _registry
 _registry.FIGURE_MODULES["blocker"] = "blocker_fig"
 from gradflow import cli
 sys.exit(cli.main(["figures", "softmax-temperature", "blocker", "--quick", "--no-progress", "--out", sys.argv[2]]))
@@ -85,7 +85,7 @@ def test_killed_figures_run_resumes_without_recomputing(tmp_path):
 
 
 def test_atomic_write_keeps_the_old_file_when_the_writer_fails(tmp_path):
-    from gradflow.trajectory import atomic_write
+    from gradflow.io import atomic_write
 
     path = tmp_path / "data.json"
     atomic_write(path, lambda f: f.write(b"old"))
@@ -105,7 +105,7 @@ def test_stale_temporaries_of_live_writers_are_kept(tmp_path):
     import subprocess
     import sys
 
-    from gradflow.trajectory import remove_stale_temporaries
+    from gradflow.io import remove_stale_temporaries
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     names = {

@@ -21,7 +21,7 @@ BOUNDARY_ON = stiff.STIFF_ON * stiff.DOPRI8_BOUNDARY
 
 def _square_draw(kappa, d, seed=123):
     """The paper's conditioning draw (Figs. 3/12) at size ``d``."""
-    from sims._paper import conditioning_init
+    from gradflow.sims.draws import conditioning_init
 
     W0, a0, X, y = conditioning_init(kappa, seed, d)
     return W0, a0, X, y, gradflow.SquareLoss(y, design=X, scale=1.0)

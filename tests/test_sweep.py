@@ -83,7 +83,7 @@ def test_sweep_draws_are_fig2s_draws():
     """Seed 123, n = 8, init 0.1 is Fig. 2's run (the authors' draw order, the a-draw consumed);
     compared with the figure module's independent definition; a different seed is a control."""
     from gradflow.sweep import _draws
-    from sims._common import fig2_init
+    from gradflow.sims.draws import fig2_init
 
     V0, a0, bs = fig2_init(123, 8)
     V0s, a0s, losses = _draws(dict(n=8, init_scale=0.1, loss="logistic"), [123, 124])
@@ -139,7 +139,7 @@ def test_simulate_batch_refuses_bad_devices(devices):
 def test_atomic_write_exclusive(tmp_path):
     """``atomic_write(exclusive=True)`` does not replace an existing file and leaves no temporary.
     Control: a plain (non-exclusive) write does replace it."""
-    from gradflow.trajectory import atomic_write
+    from gradflow.io import atomic_write
 
     path = str(tmp_path / "sweep.json")
     assert atomic_write(path, lambda f: f.write(b'{"first": 1}'), exclusive=True)

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import gradflow
-import theory
-from theory._sweeps import logistic_sweep
+from gradflow import theory
+from gradflow.theory.experiments import logistic_sweep
 
 TRIALS = 2
 

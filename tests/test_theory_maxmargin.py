@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-import theory
-
+from gradflow import theory
 CASES = {"mm.direction": 2, "mm.regpath": 2, "mm.value-softmax": 1}
 
 

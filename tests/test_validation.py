@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import gradflow
-import theory
+from gradflow import theory
 from gradflow import cli, maps
 from gradflow._validate import FLOAT32_MAX_HORIZON, check_time_resolution
 from tests.test_simulate import fig2_problem
@@ -31,6 +31,18 @@ CASES = [
     ("design NaN", lambda: gradflow.SquareLoss(np.ones(3), design=nan_at(np.ones((3, 3)))), r"^design: got .*1 NaN"),
     ("target inf", lambda: gradflow.SquareLoss([1.0, np.inf]), r"^target: got .*1 inf"),
     ("V0 (5, 8) vs beta_star (8,)", sim(V0=V0[:5]), r"^V0.shape: got \(5, 8\); expected \(d, n\) with d = 8"),
+    ("teacher (4,) vs V0 (8, 8)", sim(loss=gradflow.LogisticTeacher(BS[:4])),
+     r"^V0.shape: got \(8, 8\); expected \(d, n\) with d = 4, the length of the loss's beta_star "
+     r"\(LogisticTeacher.beta_star has shape \(4,\)\): V0 has d = 8 rows"),
+    ("target (3,) vs V0 (8, 8)", sim(loss=gradflow.SquareLoss(np.ones(3))),
+     r"^V0.shape: got \(8, 8\); expected .*d = 3, the length of the loss's target, the teacher beta_star \(SquareLoss.target has shape \(3,\)\)"),
+    ("design (3, 5) vs V0 (8, 8)", sim(loss=gradflow.SquareLoss(np.ones(3), design=np.ones((3, 5)))),
+     r"^V0.shape: .*d = 5, the columns of the loss's design \(SquareLoss.design has shape \(3, 5\)\)"),
+    ("p_star (3,) vs V0 (8, 8)", sim(loss=gradflow.SoftTargetCrossEntropy(np.ones(3) / 3)),
+     r"^V0.shape: .*d = 3, the length of the loss's p_star"),
+    ("rowwise V0 (8, 4) vs teacher (3,)",
+     lambda: gradflow.simulate(gradflow.LogisticTeacher(BS[:3]), V0[:, :4], np.zeros((4, 4)), t1=10.0, model="rowwise"),
+     r"^V0.shape: got \(8, 4\); expected \(d, T\) with d = 3, the length of the loss's beta_star"),
     ("a0 (8,) vs V0 (8, 5)", sim(V0=V0[:, :5]), r"^a0.shape: got \(8,\); expected \(5,\) to match V0.shape"),
     ("V0 1-D", sim(V0=np.ones(8)), r"^V0.shape: got \(8,\); expected \(d, n\)"),
     ("beta_star 2-D", lambda: gradflow.LogisticTeacher(np.ones((2, 2))), r"^beta_star.shape: got \(2, 2\); expected an array with 1 dimension"),
@@ -264,3 +276,39 @@ def test_weights_check_skipped_only_where_safe():
     assert gradflow.simulate(loss, np.eye(3), -800.0 * np.ones(3), t1=1.0).status == "ok"
     with pytest.raises(gradflow.GradflowValueError, match=r"^a0: got .*map is defined"):
         gradflow.simulate(loss, 1e200 * np.ones((3, 3)), 1e200 * np.ones(3), t1=1.0, model="tied")
+
+
+def _truncated(tmp_path, name, full: bytes, keep: float = 0.5):
+    path = tmp_path / name
+    path.write_bytes(full[: int(len(full) * keep)])
+    return path
+
+
+def test_truncated_or_foreign_result_files_raise_one_clear_line(tmp_path):
+    """``Trajectory.load`` and the transformer's ``load_result`` on a file cut short (a full disk, a
+    copy killed midway), a missing file and an ``.npz`` of something else: a GradflowValueError
+    naming the file, never NumPy's ``zipfile.BadZipFile``/``KeyError``. Control: the intact file
+    loads and equals what was saved."""
+    from gradflow.sims.transformer.train import load_result
+
+    traj = gradflow.simulate(LOSS, V0, A0, t1=10.0, ts=np.array([0.0, 1.0, 10.0]))
+    good = tmp_path / "run.npz"
+    traj.save(good)
+    back = gradflow.Trajectory.load(good)  # control
+    assert np.array_equal(np.asarray(back.a), np.asarray(traj.a)) and back.metadata == traj.metadata
+    full = good.read_bytes()
+    for keep in (0.5, 0.99, 0.0):
+        bad = _truncated(tmp_path, f"cut{keep}.npz", full, keep)
+        with pytest.raises(gradflow.GradflowValueError, match=rf"^path: got '{bad}'; expected a Trajectory saved by "
+                           r"Trajectory.save; the file is truncated or not an .npz archive \((BadZipFile|EOFError)"):
+            gradflow.Trajectory.load(bad)
+    with pytest.raises(gradflow.GradflowValueError, match=r"^path: got '.*nope.npz'; expected an existing file"):
+        gradflow.Trajectory.load(tmp_path / "nope.npz")
+    other = tmp_path / "other.npz"
+    np.savez(other, x=np.ones(3))
+    with pytest.raises(gradflow.GradflowValueError, match=r"lacks the arrays \['t', 'V', 'a', '_meta_json'\]"):
+        gradflow.Trajectory.load(other)
+    with pytest.raises(gradflow.GradflowValueError, match=r"^path: got '.*cut0.5.npz'; expected a transformer run's result file"):
+        load_result(str(tmp_path / "cut0.5.npz"))
+    with pytest.raises(gradflow.GradflowValueError, match=r"lacks the arrays \['meta'\]"):
+        load_result(str(other))

@@ -6,10 +6,15 @@ sweep over seeds (vmapped with :func:`gradflow.simulate_batch`), sizes and scale
 theorem's assumptions — plus a negative control where the statement must fail, both run by
 :func:`run_check` and reported as a :class:`CheckResult`.
 
->>> import theory
+>>> from gradflow import theory
 >>> theory.check_ids()[:3]
 ['thm3.2a', 'thm3.2b', 'thm3.3a']
 """
+
+if __name__ == "theory":  # the folder imported under its own name: a second copy of every module
+    raise ImportError("import gradflow.theory, not theory: the folder theory/ is installed (and mapped "
+                      "in a source checkout) as the subpackage gradflow.theory")
+
 
 from ._result import CheckResult, Verdict
 from .empirical import normalisation_verdict, sink_verdict

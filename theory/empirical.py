@@ -10,7 +10,7 @@ import numpy as np
 import gradflow
 
 from ._result import CheckResult, Verdict, combine
-from ._sweeps import SwitchMapModel, _SWITCH_MAPS
+from .experiments import SwitchMapModel, _SWITCH_MAPS
 
 __all__ = [
     "STATEMENTS",

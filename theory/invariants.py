@@ -16,7 +16,7 @@ from scipy.special import expit
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from ._sweeps import as_list, lanes, logistic_draws, logistic_sweep, square_sweep
+from .experiments import as_list, lanes, logistic_draws, logistic_sweep, square_sweep
 
 
 def _pool(verdicts):

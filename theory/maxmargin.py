@@ -9,7 +9,7 @@ att-SVM solution :func:`gradflow.maxmargin.att_svm` for the stated optimal token
 Negative control of every check: the same statement against the att-SVM of a *wrong* token
 selection (each sample's stated optimal token replaced by another one), which must fail.
 
-Margins (dimensionless, positive = holds; per trial the minimum, see :mod:`theory._result`):
+Margins (dimensionless, positive = holds; per trial the minimum, see :mod:`gradflow.theory._result`):
 
 - ``mm.direction``: (i) ``log10(tol_end / (1 − cos(p(t1), p_mm)))``, (ii) the direction error
   falls: ``log10((1 − cos)(t = 1e6) / (1 − cos)(t1)) − log10(2)``, (iii) it falls between every
@@ -42,7 +42,7 @@ import gradflow
 from gradflow import maxmargin as mm
 
 from ._result import CheckResult, Verdict, combine
-from ._sweeps import fit_line
+from .experiments import fit_line
 
 __all__ = [
     "STATEMENTS",

@@ -11,7 +11,7 @@ import numpy as np
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from ._sweeps import ascent_sweep, lanes, logistic_sweep, reversed_logits_sweep
+from .experiments import ascent_sweep, lanes, logistic_sweep, reversed_logits_sweep
 
 __all__ = ["order_preserved", "repulsion", "STATEMENTS", "run_thm3_2a", "run_thm3_2b"]
 

@@ -16,7 +16,7 @@ import numpy as np
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from ._sweeps import LOGISTIC_T1, as_list, ascent_sweep, fit_line, lanes, logistic_sweep, square_sweep
+from .experiments import LOGISTIC_T1, as_list, ascent_sweep, fit_line, lanes, logistic_sweep, square_sweep
 
 __all__ = [
     "STATEMENTS",
@@ -95,7 +95,7 @@ def fit_power_of_log(lt: np.ndarray, y: np.ndarray) -> tuple[float, float, float
 
 @np.errstate(divide="ignore", invalid="ignore")
 def asymptotic_fits(lane: dict, beta_norm2: float, window=FIT_WINDOW) -> dict:
-    """Late-time fits on one lane (from :func:`theory._sweeps.lanes`) over flow times in ``window``.
+    """Late-time fits on one lane (from :func:`gradflow.theory.experiments.lanes`) over flow times in ``window``.
 
     **Returns:** dict with ``window``; ``dGamma_dlogt`` (slope of Γ vs log t) and
     ``dGamma_dlogt_normalised`` (times ``‖β*‖²``; → 1); ``loss_loglog_slope`` (→ −1);

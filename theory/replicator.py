@@ -1,5 +1,5 @@
 """Replicator form of the flow (paper Eqs. 2–4) and the reduced ``(u, a)`` system
-(paper Eqs. 6–7, sign corrected), each integrated independently (:mod:`theory._reduced`) and compared with the full
+(paper Eqs. 6–7, sign corrected), each integrated independently (:mod:`gradflow.theory._reduced`) and compared with the full
 ``(V, a)`` flow of the engine. Margin ``log10(tol / max error)``.
 """
 
@@ -13,7 +13,7 @@ import gradflow
 
 from ._reduced import integrate_reduced
 from ._result import CheckResult, Verdict, combine
-from ._sweeps import as_list, lanes, logistic_sweep
+from .experiments import as_list, lanes, logistic_sweep
 
 __all__ = ["STATEMENTS", "REPLICATOR_TOL", "replicator_agrees", "run_replicator"]
 

@@ -12,7 +12,7 @@ import gradflow
 
 from ._reduced import integrate_reduced
 from ._result import CheckResult, Verdict, combine
-from ._sweeps import as_list, lanes, logistic_from_square_init, square_sweep
+from .experiments import as_list, lanes, logistic_from_square_init, square_sweep
 
 __all__ = [
     "STATEMENTS",

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
-from gradflow._errors import bad_arg
+from gradflow.internal import bad_arg
 
 __all__ = ["KERNELS", "SIGNED", "LOGIT_KERNELS", "attention_weights", "causal_mask", "check_kernel"]
 

@@ -19,7 +19,7 @@ import jax.random as jr
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from gradflow._errors import bad_arg
+from gradflow.internal import bad_arg
 
 from .kernels import attention_weights, check_kernel
 

@@ -1,9 +1,12 @@
 """The run grids of Sec. 4: which runs, at which scale, and where their results live.
 
-``python -m sims.transformer.sweep GRID [--quick] [--variants NAME ...] [--seeds 0 1 …]`` trains
+``python -m gradflow.sims.transformer.sweep GRID [--quick] [--variants NAME ...] [--seeds 0 1 …]`` trains
 the missing runs of a grid one after another (resumable: kill it and start it again) into the
-git-ignored cache ``.cache/transformer/MODE/``, then copies each finished result file into
-``figures/transformer-runs/MODE/`` (``--commit-dir``) for the gallery. Grids (paper Sec. 4,
+run cache ``MODE/`` under :func:`cache_root` (``$GRADFLOW_RUNS_CACHE``, default
+``~/.cache/gradflow/transformer``), then copies each finished result file into ``MODE/`` under
+:func:`committed_root` (``$GRADFLOW_COMMITTED_RUNS``, default ``figures/transformer-runs`` of the
+current folder, i.e. the repository's committed runs when run from its root; ``--commit-dir``)
+for the gallery. Grids (paper Sec. 4,
 the authors' ``sweeps/*.yaml`` as the paper's panels filter them):
 
 - ``sinks``: induction runs, every variant at 4 heads, plus 1 head for softmax, sigmoid w/o
@@ -22,11 +25,29 @@ import sys
 from .train import RunConfig, group_config, induction_config, load_result, run, run_name
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
-           "collect", "CACHE", "COMMITTED", "QUICK_INDUCTION", "QUICK_GROUPS", "MLP_LN"]
+           "collect", "cache_root", "committed_root", "RUNS_CACHE_ENV", "COMMITTED_RUNS_ENV", "QUICK_INDUCTION",
+           "QUICK_GROUPS", "MLP_LN"]
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CACHE = os.path.join(ROOT, ".cache", "transformer")
-COMMITTED = os.path.join(ROOT, "figures", "transformer-runs")
+RUNS_CACHE_ENV = "GRADFLOW_RUNS_CACHE"
+"""Environment variable naming the folder of trained runs (checkpoints and results)."""
+COMMITTED_RUNS_ENV = "GRADFLOW_COMMITTED_RUNS"
+"""Environment variable naming the folder of committed (finished, read-first) results."""
+
+
+def cache_root() -> str:
+    """Folder of trained runs: ``$GRADFLOW_RUNS_CACHE``, else ``$XDG_CACHE_HOME/gradflow/transformer``
+    (``~/.cache/gradflow/transformer``). Never inside the installed package."""
+    if os.environ.get(RUNS_CACHE_ENV):
+        return os.path.abspath(os.environ[RUNS_CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gradflow", "transformer")
+
+
+def committed_root() -> str:
+    """Folder of committed results: ``$GRADFLOW_COMMITTED_RUNS``, else ``figures/transformer-runs``
+    of the current folder (the repository's gallery when run from its root, as the CLI's default
+    ``--out`` is relative to it)."""
+    return os.path.abspath(os.environ.get(COMMITTED_RUNS_ENV) or os.path.join("figures", "transformer-runs"))
 
 VARIANTS: tuple[tuple[str, bool], ...] = (
     ("softmax", True), ("sigmoid", False), ("linear", False), ("sigmoid", True), ("linear", True),
@@ -104,7 +125,7 @@ def _mode(quick: bool) -> str:
 
 def find_result(cfg: RunConfig, quick: bool) -> tuple[str, dict] | None:
     """``(path, result)`` of the finished result of ``cfg`` (committed first, then the cache), or ``None``."""
-    for base in (COMMITTED, CACHE):
+    for base in (committed_root(), cache_root()):
         path = os.path.join(base, _mode(quick), run_name(cfg) + ".npz")
         if os.path.exists(path):
             res = load_result(path)
@@ -126,14 +147,14 @@ def collect(task: str, variants, settings: list[dict], quick: bool, *, train_mis
             hit = find_result(cfg, quick)
             res = hit[1] if hit else None
             if res is None and train_missing:
-                res = run(cfg, os.path.join(CACHE, _mode(quick)), progress=progress)
+                res = run(cfg, os.path.join(cache_root(), _mode(quick)), progress=progress)
             if res is not None:
                 out[(variant_name(kernel, normalise), j)] = res
     return out
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sims.transformer.sweep", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m gradflow.sims.transformer.sweep", description=__doc__.splitlines()[0])
     p.add_argument("grid", choices=["sinks", "flips", "control"])
     p.add_argument("--quick", action="store_true", help="CI scale instead of paper scale")
     names = {variant_name(*v): v for v in VARIANTS}
@@ -143,7 +164,7 @@ def main(argv=None) -> int:
     p.add_argument("--lrs", nargs="*", type=float, default=[1e-3])
     p.add_argument("--heads", nargs="*", type=int, default=[4])
     p.add_argument("--commit-dir", action="store_true",
-                   help="copy each finished result into figures/transformer-runs/MODE/")
+                   help=f"copy each finished result into MODE/ under ${COMMITTED_RUNS_ENV} (default figures/transformer-runs)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
     chosen = [names[n] for n in args.variants] if args.variants else list(VARIANTS)
@@ -161,10 +182,10 @@ def main(argv=None) -> int:
             r = res[(variant_name(*v), 0)]
             cfg = make_config(task, *v, s)
             if args.commit_dir:
-                dest = os.path.join(COMMITTED, _mode(args.quick), run_name(cfg) + ".npz")
+                dest = os.path.join(committed_root(), _mode(args.quick), run_name(cfg) + ".npz")
                 if not os.path.exists(dest):
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    src = os.path.join(CACHE, _mode(args.quick), run_name(cfg) + ".npz")
+                    src = os.path.join(cache_root(), _mode(args.quick), run_name(cfg) + ".npz")
                     shutil.copyfile(src, dest + ".tmp")
                     os.replace(dest + ".tmp", dest)
             if task == "induction":

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradflow._errors import bad_arg
+from gradflow.internal import bad_arg
 
 __all__ = ["induction_batch", "group_batch", "group_of", "BOS", "CLS"]
 

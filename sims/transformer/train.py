@@ -38,9 +38,9 @@ import numpy as np
 import optax
 from tqdm.auto import tqdm
 
-from gradflow._errors import bad_arg
-from gradflow._validate import check_positive
-from gradflow.trajectory import atomic_write
+from gradflow.internal import bad_arg
+from gradflow.internal import check_positive
+from gradflow.io import atomic_write, load_npz
 
 from .kernels import check_kernel
 from .model import POSITIONS, init_transformer
@@ -65,7 +65,7 @@ class RunConfig:
     (q/k/v/o biases), ``embed_std`` (std of the token and position embeddings; 1 = PyTorch's
     ``nn.Embedding``), ``positions`` (``"add"``, ``"concat"``, ``"none"``).
     Data: ``vocab`` ids including BOS/CLS, ``n_context`` tokens, ``shift_query`` and
-    ``query_last`` (induction, see :func:`sims.transformer.tasks.induction_batch`),
+    ``query_last`` (induction, see :func:`gradflow.sims.transformer.tasks.induction_batch`),
     ``n_groups`` (groups), ``n_train`` training sequences, ``n_test`` evaluation sequences
     (measurements and the attack use them).
     Training: ``epochs`` full epochs of batch ``batch``, AdamW ``lr`` / ``weight_decay``,
@@ -592,8 +592,9 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, search: tuple[
 
 def load_result(path: str) -> dict:
     """A run's result file as a dict: the JSON part (``config``, ``history``, scalars) merged with
-    the arrays (``bos_share``, ``sink_heads``, ``flip_per_head``, ``sparsity``, example maps)."""
-    with np.load(path, allow_pickle=False) as z:
-        out = json.loads(str(z["meta"]))
-        out.update({k: z[k] for k in z.files if k != "meta"})
+    the arrays (``bos_share``, ``sink_heads``, ``flip_per_head``, ``sparsity``, example maps).
+    A missing, truncated or foreign file raises :class:`gradflow.GradflowValueError` naming it."""
+    z = load_npz(path, required=("meta",), what="a transformer run's result file")
+    out = json.loads(str(z.pop("meta")))
+    out.update(z)
     return out

@@ -1,4 +1,4 @@
-"""Default random experiments shared by several checks, and small helpers.
+"""Default random experiments (the draws and runs) shared by several checks, and small helpers.
 
 Every sweep draws trial ``k`` from ``numpy.random.default_rng([seed, k])``, groups trials by
 shape so that each group is one :func:`gradflow.simulate_batch` call (``vmap`` over seeds),

@@ -1,0 +1,58 @@
+"""Where ``gradflow.theory`` and ``gradflow.sims`` come from.
+
+The repository keeps three top-level folders, ``gradflow/``, ``theory/`` and ``sims/``; an
+install (wheel or editable, ``pyproject.toml``'s ``package-dir``) puts the last two inside the
+first, as ``gradflow.theory`` and ``gradflow.sims``. In a source checkout used without an
+install (``PYTHONPATH`` = the repository root), :func:`install_source_finder` maps the two
+subpackage names onto the sibling folders the same way, so that code and tests import
+``gradflow.theory`` / ``gradflow.sims`` in every setting. ``import theory`` / ``import sims``
+(a second copy of the modules under another name: two registries, two classes of every result)
+is refused with an ImportError by the folders' own ``__init__``.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+
+__all__ = ["SUBPACKAGES", "install_source_finder"]
+
+SUBPACKAGES = {"gradflow.theory": "theory", "gradflow.sims": "sims"}
+"""Installed name -> folder of the repository root."""
+
+
+class _SourceFinder(importlib.abc.MetaPathFinder):
+    """Finds ``gradflow.theory`` / ``gradflow.sims`` in the folders beside ``gradflow/``."""
+
+    def __init__(self, root: str):
+        self.root = root
+
+    def find_spec(self, fullname, path=None, target=None):
+        folder = SUBPACKAGES.get(fullname)
+        if folder is None:
+            return None
+        init = os.path.join(self.root, folder, "__init__.py")
+        if not os.path.isfile(init):
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, init, submodule_search_locations=[os.path.join(self.root, folder)])
+
+
+def install_source_finder(package_dir: str) -> bool:
+    """Map the subpackages onto the repository's folders when gradflow runs from a checkout.
+
+    ``package_dir`` is the folder of the imported ``gradflow`` package. Does nothing (returns
+    ``False``) when the subpackages are inside it (a wheel) or the folder is not a checkout
+    (no ``pyproject.toml`` beside it); an editable install's own finder maps them first."""
+    root = os.path.dirname(os.path.abspath(package_dir))
+    if all(os.path.isdir(os.path.join(package_dir, name.split(".")[1])) for name in SUBPACKAGES):
+        return False
+    if not os.path.isfile(os.path.join(root, "pyproject.toml")):
+        return False
+    if any(isinstance(f, _SourceFinder) and f.root == root for f in sys.meta_path):
+        return True
+    sys.meta_path.append(_SourceFinder(root))
+    return True
+

@@ -1,0 +1,19 @@
+"""What ``gradflow.theory``, ``gradflow.sims`` and the benchmarks use from gradflow's private
+modules, made public in one place (as ``equinox.internal`` serves diffrax).
+
+Outside ``gradflow/`` nothing imports a ``gradflow._x`` module: it imports these names. They are
+stable within a release but are not the user API (that is ``gradflow.__all__``) and may change
+without a deprecation period.
+
+- :func:`bad_arg`, :func:`describe`: build a :class:`gradflow.GradflowValueError` naming the
+  argument, the value received and what is accepted.
+- :func:`check_positive`, :func:`as_float_array`: the argument checks of gradflow's own functions.
+- ``engine_batch``, ``engine_stiff``: the batched and stiff solver modules (``ROUND_STEPS``,
+  ``EXPLICIT_ROUND``, ...), for the benchmarks that time them.
+"""
+
+from ._engine import batch as engine_batch, stiff as engine_stiff
+from ._errors import bad_arg, describe
+from ._validate import as_float_array, check_positive
+
+__all__ = ["as_float_array", "bad_arg", "check_positive", "describe", "engine_batch", "engine_stiff"]

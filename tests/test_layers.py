@@ -1,0 +1,213 @@
+"""The package's layers, read from the source (``ast``, no imports): one installed package
+``gradflow`` with ``gradflow.theory`` and ``gradflow.sims`` mapped from the repository's folders
+``theory/`` and ``sims/``; nothing outside ``gradflow/`` imports a private ``gradflow._x``
+(it imports :mod:`gradflow.internal`); a private module of ``theory``/``sims`` is imported only
+from its own folder; only ``gradflow/cli.py`` imports ``theory``/``sims`` from ``gradflow/``; the
+modules of ``gradflow/`` import each other without cycles. Every rule has a negative control on
+made-up source."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDERS = {"gradflow": "gradflow", "theory": "gradflow.theory", "sims": "gradflow.sims"}
+"""Repository folder -> installed package name."""
+OUTSIDE = ("theory", "sims", "benchmarks", "examples", "docs")
+
+
+def _module_name(rel: str) -> str:
+    """Installed module name of a repository file (``sims/x/y.py`` -> ``gradflow.sims.x.y``)."""
+    parts = rel[:-3].split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    if parts[0] in FOLDERS:
+        parts = FOLDERS[parts[0]].split(".") + parts[1:]
+    return ".".join(parts)
+
+
+def imports(source: str, module: str, is_package: bool = False, top_level_only: bool = False) -> list[str]:
+    """Absolute names of the modules ``source`` imports (``from a import b`` gives ``a`` and ``a.b``;
+    relative imports resolved against ``module``). ``top_level_only``: only module-level statements."""
+    tree = ast.parse(source)
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    out = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            out += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_package else 0)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module
+            out.append(mod)
+            out += [f"{mod}.{alias.name}" for alias in node.names]
+    return out
+
+
+def _home(module: str) -> str:
+    """The package whose private modules ``module`` may import: gradflow.theory / gradflow.sims
+    for their own modules, gradflow otherwise."""
+    for pkg in ("gradflow.theory", "gradflow.sims"):
+        if module == pkg or module.startswith(pkg + "."):
+            return pkg
+    return "gradflow" if module == "gradflow" or module.startswith("gradflow.") else ""
+
+
+def violations(rel: str, source: str) -> list[str]:
+    """The layer rules broken by the file ``rel`` (a path relative to the repository root)."""
+    module = _module_name(rel)
+    found = []
+    for name in imports(source, module, rel.endswith("__init__.py")):
+        parts = name.split(".")
+        if parts[0] in ("theory", "sims"):
+            found.append(f"{rel}: imports top-level {name!r} (use gradflow.{name})")
+            continue
+        if parts[0] != "gradflow":
+            continue
+        # a private module: the first underscored part, and the package it belongs to
+        private = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+        if private is not None:
+            owner, home = ".".join(parts[:private]), _home(module)
+            if not home or not (owner == home or owner.startswith(home + ".")):
+                found.append(f"{rel}: imports private {'.'.join(parts[:private + 1])!r}")
+        if rel.startswith("gradflow/") and rel != "gradflow/cli.py" and len(parts) > 1 and parts[1] in ("theory", "sims"):
+            found.append(f"{rel}: gradflow/ imports {name!r} (only cli.py may)")
+    return found
+
+
+def _files(folders) -> list[str]:
+    out = []
+    for folder in folders:
+        for dirpath, _, names in os.walk(os.path.join(ROOT, folder)):
+            out += [os.path.relpath(os.path.join(dirpath, n), ROOT).replace(os.sep, "/") for n in names if n.endswith(".py")]
+    return sorted(out)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one node (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_private_or_upward_imports():
+    found = []
+    for rel in _files(("gradflow", *OUTSIDE)):
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            found += violations(rel, f.read())
+    assert found == []
+
+
+@pytest.mark.parametrize("rel, source, expected", [
+    ("sims/x.py", "from gradflow._errors import bad_arg\n", "private 'gradflow._errors'"),
+    ("benchmarks/x.py", "import gradflow._engine.batch\n", "private 'gradflow._engine'"),
+    ("sims/x.py", "from gradflow.theory._result import Verdict\n", "private 'gradflow.theory._result'"),
+    ("benchmarks/x.py", "from gradflow.sims import _paper\n", "private 'gradflow.sims._paper'"),
+    ("examples/x.py", "import theory\n", "top-level 'theory'"),
+    ("gradflow/trajectory.py", "from gradflow.sims import draws\n", "only cli.py"),
+    ("gradflow/plot.py", "def f():\n    from .theory import run_check\n", "only cli.py"),
+])
+def test_layer_rules_catch_a_violation(rel, source, expected):
+    """Negative controls: each rule flags a made-up offending import (also one inside a function)."""
+    found = violations(rel, source)
+    assert len(found) >= 1 and expected in found[0]
+
+
+@pytest.mark.parametrize("rel, source", [
+    ("sims/paper/x.py", "from .._common import phases\nfrom gradflow.internal import bad_arg\n"),
+    ("theory/x.py", "from ._result import Verdict\nfrom gradflow import theory\n"),
+    ("gradflow/cli.py", "from .sims.registry import build\nfrom gradflow.theory import run_check\n"),
+    ("gradflow/trajectory.py", "from ._errors import bad_arg\n"),
+])
+def test_layer_rules_accept_allowed_imports(rel, source):
+    """Positive controls: own private modules, gradflow.internal and cli.py's upward imports are allowed."""
+    assert violations(rel, source) == []
+
+
+def test_gradflow_modules_import_without_cycles():
+    graph = {}
+    for rel in _files(("gradflow",)):
+        module = _module_name(rel)
+        with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+            names = imports(f.read(), module, rel.endswith("__init__.py"), top_level_only=True)
+        graph[module] = {n for n in names if n.startswith("gradflow.") and n != module}
+    modules = set(graph)
+    # ``from . import x`` names the parent package too: an edge to one's own package is no cycle
+    graph = {m: {n for n in deps if n in modules and not m.startswith(n + ".")} for m, deps in graph.items()}
+    assert cycles(graph) == []
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # control
+
+
+def _packages_on_disk() -> set[str]:
+    out = set()
+    for folder, name in FOLDERS.items():
+        for dirpath, _, names in os.walk(os.path.join(ROOT, folder)):
+            if "__init__.py" in names:
+                rel = os.path.relpath(dirpath, os.path.join(ROOT, folder))
+                out.add(name if rel == "." else name + "." + rel.replace(os.sep, "."))
+    return out
+
+
+def test_pyproject_installs_every_package_folder_and_nothing_else():
+    """pyproject.toml lists every package folder under gradflow/, theory/, sims/ (a subpackage left
+    out would be missing from the wheel) and maps theory/, sims/ into gradflow."""
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        cfg = tomllib.load(f)["tool"]["setuptools"]
+    assert cfg["package-dir"] == {"gradflow": "gradflow", "gradflow.theory": "theory", "gradflow.sims": "sims"}
+    listed = set(cfg["packages"])
+    assert listed == _packages_on_disk()
+    assert all(p == "gradflow" or p.startswith("gradflow.") for p in listed)
+    assert listed - {"gradflow.sims"} != _packages_on_disk()  # control: a missing subpackage is seen
+
+
+def test_top_level_theory_and_sims_are_refused():
+    """``import theory`` / ``import sims`` from the repository root would load second copies: they
+    raise ImportError naming the subpackage; ``gradflow.theory``/``gradflow.sims`` import from the
+    checkout's folders (control: the same interpreter imports them fine)."""
+    code = ("import importlib, sys\n"
+            "for name in ('theory', 'sims'):\n"
+            "    try:\n"
+            "        importlib.import_module(name)\n"
+            "    except ImportError as e:\n"
+            "        print('refused', name, 'gradflow.' + name in str(e))\n"
+            "import gradflow.theory, gradflow.sims.draws\n"
+            "print('ok', gradflow.theory.__file__, gradflow.sims.draws.__name__)\n")
+    env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[:2] == ["refused theory True", "refused sims True"]
+    assert lines[2] == f"ok {os.path.join(ROOT, 'theory', '__init__.py')} gradflow.sims.draws"
