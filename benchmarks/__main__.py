@@ -26,7 +26,8 @@ import numpy as np
 
 import gradflow
 from benchmarks._timing import timed
-from gradflow.internal import engine_batch as _batch, engine_stiff as _stiff
+from gradflow.internal import default_record, engine_batch as _batch, engine_stiff as _stiff
+from gradflow.sweep import fig2_init
 from gradflow.io import atomic_write
 from benchmarks import reference as ref
 
@@ -37,12 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
-def fig2_draws(seed=123, n=8):
-    rng = np.random.RandomState(seed)
-    V0 = 0.1 * rng.randn(n, n)
-    a0 = 0.0 * rng.randn(n)
-    bs = rng.randn(n)
-    return V0, a0, bs / np.linalg.norm(bs)
+fig2_draws = fig2_init  # the paper's Fig. 2 draws (one copy: gradflow.sweep.fig2_init)
 
 
 
@@ -82,8 +78,7 @@ print(json.dumps(dict(import_s=imported, in_process_s=time.perf_counter() - star
 
 
 def fig2_record(iters, snapshots=2000):
-    record = np.unique(np.round(np.geomspace(1, iters, snapshots)).astype(np.int64))
-    return np.concatenate([[0], record])
+    return default_record(iters, snapshots)
 
 
 def fig2_ts(iters, lr=0.1):

@@ -23,12 +23,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradflow
+from gradflow.sweep import fig2_init
 
 
 def _fig2():
-    rng = np.random.RandomState(123)
-    V0, a0, bs = 0.1 * rng.randn(8, 8), 0.0 * rng.randn(8), rng.randn(8)
-    return V0, a0, bs / np.linalg.norm(bs)
+    return fig2_init(123, 8)
 
 
 def _interleaved_medians(fns: dict, repeats: int) -> dict:

@@ -27,7 +27,8 @@ def _progress(args) -> bool:
 
 
 def _cmd_figures(args) -> int:
-    from gradflow.sims._registry import build, figure_ids, get_figure
+    from gradflow.sims.build import build
+    from gradflow.sims.registry import figure_ids, get_figure
 
     if args.list:
         for fig_id in figure_ids():

@@ -8,12 +8,15 @@ without a deprecation period.
 - :func:`bad_arg`, :func:`describe`: build a :class:`gradflow.GradflowValueError` naming the
   argument, the value received and what is accepted.
 - :func:`check_positive`, :func:`as_float_array`: the argument checks of gradflow's own functions.
+- :func:`default_record`: the GD record grid (iteration ``0`` and about ``num`` log-spaced
+  indices), the default of :func:`gradflow.descend` and the one copy the figures use.
 - ``engine_batch``, ``engine_stiff``: the batched and stiff solver modules (``ROUND_STEPS``,
   ``EXPLICIT_ROUND``, ...), for the benchmarks that time them.
 """
 
+from ._descend import default_record
 from ._engine import batch as engine_batch, stiff as engine_stiff
 from ._errors import bad_arg, describe
 from ._validate import as_float_array, check_positive
 
-__all__ = ["as_float_array", "bad_arg", "check_positive", "describe", "engine_batch", "engine_stiff"]
+__all__ = ["as_float_array", "bad_arg", "check_positive", "default_record", "describe", "engine_batch", "engine_stiff"]

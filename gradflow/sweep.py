@@ -46,7 +46,7 @@ from .losses import LogisticTeacher, SquareLoss
 from .maps import MAPS, apply_map
 from .trajectory import STATUS
 
-__all__ = ["SweepSpec", "run_sweep", "load_sweep", "GRID_KEYS", "GRID_DIMS"]
+__all__ = ["SweepSpec", "run_sweep", "load_sweep", "fig2_init", "GRID_KEYS", "GRID_DIMS"]
 
 GRID_KEYS = ("loss", "n", "normalization", "t1", "rtol", "init_scale")
 """Spec fields that take a list of values; the grid is their Cartesian product."""
@@ -124,15 +124,26 @@ class SweepSpec:
         return tuple(len(getattr(self, key)) for key in GRID_KEYS)
 
 
+def fig2_init(seed: int = 123, n: int = 8, scale: float = 0.1):
+    """The draws of the paper's Fig. 2 (the authors' notebook; docs: Figures), NumPy legacy
+    ``RandomState(seed)`` in the authors' order: ``V = scale·randn(n, n)``, then ``a = 0·randn(n)``
+    (the draw is consumed), then ``β* = randn(n)`` normalised to length 1.
+
+    **Returns:** ``(V0 (n, n), a0 (n,), beta_star (n,))`` float64. The one copy of this draw: the
+    sweeps here, the figures (``gradflow.sims.draws``) and the benchmarks use it."""
+    rng = np.random.RandomState(seed)
+    V0 = scale * rng.randn(n, n)
+    a0 = 0.0 * rng.randn(n)
+    beta_star = rng.randn(n)
+    return V0, a0, beta_star / np.linalg.norm(beta_star)
+
+
 def _draws(cfg: dict, seeds):
-    d = n = int(cfg["n"])
+    n = int(cfg["n"])
     V0s, losses = [], []
     for seed in seeds:
-        rng = np.random.RandomState(seed)
-        V0s.append(cfg["init_scale"] * rng.randn(d, n))
-        rng.randn(n)  # a = 0·randn(n): consumed, as in the authors' Fig. 2 run
-        beta_star = rng.randn(d)
-        beta_star /= np.linalg.norm(beta_star)
+        V0, _, beta_star = fig2_init(int(seed), n, cfg["init_scale"])
+        V0s.append(V0)
         losses.append(LogisticTeacher(beta_star) if cfg["loss"] == "logistic" else SquareLoss(beta_star))
     return np.stack(V0s), np.zeros((len(seeds), n)), losses
 

@@ -10,18 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from gradflow.sweep import fig2_init  # the one copy (gradflow's sweeps draw it too)
+
 __all__ = ["fig2_init", "conditioning_init", "normalisation_init", "massive_init", "kl_init"]
-
-
-def fig2_init(seed: int = 123, n: int = 8):
-    """Fig. 2's draws (the authors' notebook; docs: Figures), NumPy legacy ``RandomState(seed)`` in the authors' order:
-    ``V = 0.1·randn(n, n)``, then ``a = 0·randn(n)`` (the draw is consumed), then
-    ``β* = randn(n)`` normalised. Returns ``(V0, a0, beta_star)`` as float64 arrays."""
-    rng = np.random.RandomState(seed)
-    V0 = 0.1 * rng.randn(n, n)
-    a0 = 0.0 * rng.randn(n)
-    beta_star = rng.randn(n)
-    return V0, a0, beta_star / np.linalg.norm(beta_star)
 
 
 def conditioning_init(kappa: float, seed: int = 123, d: int = 20):

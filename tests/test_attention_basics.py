@@ -1,4 +1,4 @@
-"""Tests for sims/attention_basics.py and the four attention-basics figures (SPEC §8, seeds 000/001)."""
+"""Tests for sims/basics/attention_basics.py and the four attention-basics figures (SPEC §8, seeds 000/001)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from gradflow import GradflowValueError
-from gradflow.sims import attention_basics as ab
+from gradflow.sims.basics import attention_basics as ab
 
 # seed 000's hand calculation, rounded to 3 decimals in the document
 SEED000_WEIGHTS = [0.768, 0.001, 0.070, 0.006, 0.155]
@@ -165,7 +165,7 @@ def test_figure_builds_quick(fig_id, tmp_path):
     """Quick build of each figure (5-12 s each on a shared CPU); runs only with ``-m slow``."""
     from PIL import Image
 
-    from gradflow.sims._registry import build
+    from gradflow.sims.build import build
 
     record = build(fig_id, str(tmp_path), quick=True, progress=False)
     for f in record["files"]:

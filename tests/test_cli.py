@@ -74,7 +74,7 @@ class _Stream:
 def test_progress_bars_only_on_a_terminal(monkeypatch, tmp_path, tty, flag, expected):
     """Bars are drawn only when stderr is a terminal (a log gets no ``\\r`` redraws) and never with
     --no-progress: the flag the builder receives, for each of the three cases."""
-    import gradflow.sims._registry
+    import gradflow.sims.build
 
     seen = []
 
@@ -82,7 +82,7 @@ def test_progress_bars_only_on_a_terminal(monkeypatch, tmp_path, tty, flag, expe
         seen.append(progress)
         return {"cached": True, "summary": {}}
 
-    monkeypatch.setattr(gradflow.sims._registry, "build", fake_build)
+    monkeypatch.setattr(gradflow.sims.build, "build", fake_build)
     monkeypatch.setattr(sys, "stderr", _Stream(tty))
     assert cli.main(["figures", "fig2", "--out", str(tmp_path), "--no-cache", *flag]) == 0
     assert seen == [expected]

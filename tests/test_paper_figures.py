@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from gradflow.sims import conditioning
-from gradflow.sims import normalisations as nz
+from gradflow.sims.paper import conditioning
+from gradflow.sims.paper import normalisations as nz
 from gradflow.sims.draws import conditioning_init, kl_init, massive_init, normalisation_init
 
 PAPER_IDS = ["fig3", "fig12", "norm-square", "norm-logistic", "massive", "kl"]
@@ -100,7 +100,7 @@ def test_top_share_hand_values():
 @pytest.mark.slow
 @pytest.mark.parametrize("fig_id", PAPER_IDS)
 def test_paper_figure_builds_quick(fig_id, tmp_path):
-    from gradflow.sims._registry import build
+    from gradflow.sims.build import build
 
     record = build(fig_id, str(tmp_path), quick=True, progress=False)
     for ext in ("png", "pdf", "npz", "json"):

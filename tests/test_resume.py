@@ -15,7 +15,7 @@ BLOCKER = '''
 import os, time
 import numpy as np
 from gradflow.io import atomic_write
-from gradflow.sims._registry import Figure
+from gradflow.sims.build import Figure
 
 def compute(cfg, progress=False):
     if os.environ.get("BLOCK_FIGURE"):
@@ -32,15 +32,15 @@ def plot(data, cfg):
     ax.plot(data["x"])
     return fig
 
-FIGURE = Figure(id="blocker", title="test figure that hangs mid-write", config=lambda quick: {"out": os.environ["OUT"]},
+FIGURE = Figure(title="test figure that hangs mid-write", config=lambda quick: {"out": os.environ["OUT"]},
                 compute=compute, plot=plot)
 '''
 
 DRIVER = '''
 import sys
 sys.path.insert(0, sys.argv[1])
-from gradflow.sims import _registry
-_registry.FIGURE_MODULES["blocker"] = "blocker_fig"
+from gradflow.sims import build as _registry
+_registry.FIGURES["blocker"] = "blocker_fig"
 from gradflow import cli
 sys.exit(cli.main(["figures", "softmax-temperature", "blocker", "--quick", "--no-progress", "--out", sys.argv[2]]))
 '''

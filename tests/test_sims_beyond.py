@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow.sims import bound, gd_vs_flow, long_horizon
-from gradflow.sims._beyond import one_minus_top, sci
+from gradflow.sims.beyond import bound
+from gradflow.sims.beyond import gd_vs_flow
+from gradflow.sims.beyond import long_horizon
+from gradflow.sims.beyond._helpers import one_minus_top, sci
 from gradflow.sims.draws import fig2_init
 from gradflow.theory.experiments import lanes
 
@@ -123,7 +125,7 @@ def test_gd_vs_flow_fitted_order_is_one_and_second_order_control_is_not():
 def test_beyond_figure_builds_quick(fig_id, tmp_path):
     """Quick build of each beyond-the-paper figure (20–60 s each on a shared CPU): four files,
     finite plotted data, provenance and a summary in the JSON."""
-    from gradflow.sims._registry import build
+    from gradflow.sims.build import build
 
     record = build(fig_id, str(tmp_path), quick=True, progress=False)
     for ext in ("png", "pdf", "npz", "json"):

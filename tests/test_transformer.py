@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from gradflow._errors import GradflowValueError
-from gradflow.sims.transformer.kernels import KERNELS, attention_weights
-from gradflow.sims.transformer.tasks import group_batch, group_of, induction_batch
-from gradflow.sims.transformer.train import (RunConfig, attack_pairs, bos_share, bos_share_rowwise, group_config,
+from gradflow.sims.sec4.kernels import KERNELS, attention_weights
+from gradflow.sims.sec4.tasks import group_batch, group_of, induction_batch
+from gradflow.sims.sec4.train import (RunConfig, attack_pairs, bos_share, bos_share_rowwise, group_config,
                                     induction_config, run_name, shares, sparsity, train)
 
 VARIANTS = [(k, n) for k in KERNELS for n in (True, False) if not (k == "softmax" and not n)]
@@ -231,7 +231,7 @@ def _attack_fixture(monkeypatch, heads):
     whose CLS row of head ``h`` is ``heads[h](tokens)``, and two predictors."""
     import importlib
 
-    tr = importlib.import_module("gradflow.sims.transformer.train")
+    tr = importlib.import_module("gradflow.sims.sec4.train")
 
     def maps(model, x):
         w = np.zeros((len(x), 1, len(heads), x.shape[1], x.shape[1]))
@@ -301,7 +301,7 @@ def _leaves(model):
 
 
 def test_model_switches_change_what_they_should():
-    from gradflow.sims.transformer.train import _model
+    from gradflow.sims.sec4.train import _model
 
     base = induction_config("softmax", True, d_model=32, n_heads=4)
     leaves = _leaves(_model(base))
@@ -329,7 +329,7 @@ def test_model_switches_change_what_they_should():
 def test_switched_off_layernorm_and_mlp_change_the_output():
     """A model without LayerNorm / MLP computes something else from the same token embeddings;
     the control (the same switches) gives the same output."""
-    from gradflow.sims.transformer.train import _model
+    from gradflow.sims.sec4.train import _model
 
     x = jnp.asarray(induction_batch(0, 1)[0, :-1])
     out = {}
@@ -364,7 +364,7 @@ def test_nonfinite_loss_stops_training_as_diverged(tmp_path, monkeypatch):
     """A step whose loss is NaN (as in a diverged model) ends training at the next evaluation."""
     import importlib
 
-    tr = importlib.import_module("gradflow.sims.transformer.train")
+    tr = importlib.import_module("gradflow.sims.sec4.train")
     step = tr._steps
     cfg = group_config("sigmoid", False, **TINY_GROUPS)  # 8 steps/epoch, evaluations every 4
     _, hist = train(cfg, progress=False)  # control: a finite loss goes on
@@ -407,7 +407,7 @@ def test_early_stop_is_a_switch_off_by_default():
 def test_run_writes_a_result_and_loads_it_without_training(tmp_path, monkeypatch):
     import importlib
 
-    tr = importlib.import_module("gradflow.sims.transformer.train")
+    tr = importlib.import_module("gradflow.sims.sec4.train")
     cfg = induction_config("softmax", True, **TINY)
     first = tr.run(cfg, str(tmp_path), progress=False)
     assert (tmp_path / (run_name(cfg) + ".npz")).exists()
@@ -448,7 +448,7 @@ def test_killed_run_resumes_to_the_same_model(tmp_path):
 
 def test_reproduce_keeps_long_figures_quick_unless_paper_scale(monkeypatch, tmp_path):
     from gradflow import cli
-    import gradflow.sims._registry as registry
+    import gradflow.sims.build as registry
 
     calls = []
     monkeypatch.setattr(registry, "build", lambda fig_id, out, quick, force, progress: calls.append((fig_id, quick))
@@ -470,9 +470,9 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
     reaches accuracy >= 0.9 (the CI requirement); the untrained model is at chance (control)."""
     import json
 
-    import gradflow.sims.transformer.sweep as sweep
+    import gradflow.sims.sec4.grids as sweep
     from gradflow import cli
-    from gradflow.sims.transformer.train import _data, _model, _predict, _seeds
+    from gradflow.sims.sec4.train import _data, _model, _predict, _seeds
 
     monkeypatch.setenv(sweep.RUNS_CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(sweep.COMMITTED_RUNS_ENV, str(tmp_path / "none"))
@@ -490,7 +490,7 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
 
 
 def test_sweep_cli_refuses_unknown_variant(capsys):
-    from gradflow.sims.transformer import sweep
+    from gradflow.sims.sec4 import grids as sweep
 
     with pytest.raises(SystemExit) as e:
         sweep.main(["sinks", "--variants", "softmax-norm", "nope-norm"])
@@ -499,7 +499,8 @@ def test_sweep_cli_refuses_unknown_variant(capsys):
 
 
 def test_sec4_figure_configs_record_the_settings():
-    from gradflow.sims import _sec4, flip_rate
+    from gradflow.sims.sec4 import _figures as _sec4
+    from gradflow.sims.sec4 import flip_rate
 
     cfg = _sec4.config(quick=False)
     assert cfg["seeds"] == [0]

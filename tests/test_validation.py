@@ -289,7 +289,7 @@ def test_truncated_or_foreign_result_files_raise_one_clear_line(tmp_path):
     copy killed midway), a missing file and an ``.npz`` of something else: a GradflowValueError
     naming the file, never NumPy's ``zipfile.BadZipFile``/``KeyError``. Control: the intact file
     loads and equals what was saved."""
-    from gradflow.sims.transformer.train import load_result
+    from gradflow.sims.sec4.train import load_result
 
     traj = gradflow.simulate(LOSS, V0, A0, t1=10.0, ts=np.array([0.0, 1.0, 10.0]))
     good = tmp_path / "run.npz"

@@ -1,0 +1,62 @@
+"""The figure registry (``gradflow.sims.registry``) writes each id once: every registered id
+resolves to a figure of that id, every figure defined under ``sims/`` is registered exactly once,
+and an unknown or mis-registered id fails (negative controls)."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+
+import pytest
+
+import gradflow
+import gradflow.sims
+from gradflow.sims import registry
+from gradflow.sims.build import Figure
+
+
+def _figures_defined() -> dict[str, list[str]]:
+    """``{"module:attr": ...}`` of every Figure object defined at module level under gradflow.sims."""
+    found = []
+    for info in pkgutil.walk_packages(gradflow.sims.__path__, "gradflow.sims."):
+        mod = importlib.import_module(info.name)
+        for attr, value in vars(mod).items():
+            if isinstance(value, Figure):
+                found.append(f"{info.name.removeprefix('gradflow.sims.')}:{attr}")
+    return found
+
+
+def test_every_registered_id_resolves_to_its_figure():
+    for fig_id in registry.figure_ids():
+        fig = registry.get_figure(fig_id)
+        assert isinstance(fig, Figure) and fig.id == fig_id and fig.title
+        cfg = fig.config(True)
+        json.dumps(cfg, default=str)  # the config is the cache key: JSON-serialisable
+        assert callable(fig.compute) and callable(fig.plot)
+
+
+def test_every_figure_is_registered_once():
+    defined = sorted(_figures_defined())
+    registered = sorted(t if ":" in t else t + ":FIGURE" for t in registry.FIGURES.values())
+    assert defined == registered
+    assert len(set(registered)) == len(registered)
+
+
+def test_unknown_and_misregistered_ids_fail(monkeypatch):
+    with pytest.raises(gradflow.GradflowValueError, match=r"^figure id: got 'fig99'; expected one of \['fig2'"):
+        registry.get_figure("fig99")
+    monkeypatch.setitem(registry.FIGURES, "broken", "paper.fig2:NOT_THERE")
+    with pytest.raises(AttributeError, match="NOT_THERE"):
+        registry.get_figure("broken")
+    monkeypatch.setitem(registry.FIGURES, "orphan", "paper.nope")
+    with pytest.raises(ModuleNotFoundError):
+        registry.get_figure("orphan")
+
+
+def test_registry_check_sees_an_unregistered_figure(monkeypatch):
+    """Control for the once-check: a figure left out of the registry makes the two lists differ."""
+    monkeypatch.delitem(registry.FIGURES, "kl")
+    registered = sorted(t if ":" in t else t + ":FIGURE" for t in registry.FIGURES.values())
+    assert sorted(_figures_defined()) != registered
