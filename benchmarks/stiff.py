@@ -23,7 +23,7 @@ from scipy.integrate import solve_ivp
 
 import gradflow
 from benchmarks._timing import timed
-from gradflow.sims.draws import conditioning_init, normalisation_init
+from gradflow.sims.draws import conditioning_init, normalization_init
 from benchmarks import reference as ref
 
 __all__ = ["bench", "report", "scipy_square", "square_reference"]
@@ -111,7 +111,7 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
 
 def bench_kinked(maps, t1, rtol, atol) -> list[dict]:
     """The kinked maps under ``auto`` on the norm-logistic setting: status, steps, t_end, time (warm)."""
-    beta_star, V0, a0 = normalisation_init(42, 10)
+    beta_star, V0, a0 = normalization_init(42, 10)
     loss = gradflow.LogisticTeacher(beta_star)
     rows = []
     for name in maps:

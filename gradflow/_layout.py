@@ -45,7 +45,7 @@ def install_source_finder(package_dir: str) -> bool:
 
     ``package_dir`` is the folder of the imported ``gradflow`` package. Does nothing (returns
     ``False``) when the subpackages are inside it (a wheel) or the folder is not a checkout
-    (no ``pyproject.toml`` beside it); an editable install's own finder maps them first."""
+    (no ``pyproject.toml`` beside it)."""
     root = os.path.dirname(os.path.abspath(package_dir))
     if all(os.path.isdir(os.path.join(package_dir, name.split(".")[1])) for name in SUBPACKAGES):
         return False
@@ -53,6 +53,8 @@ def install_source_finder(package_dir: str) -> bool:
         return False
     if any(isinstance(f, _SourceFinder) and f.root == root for f in sys.meta_path):
         return True
-    sys.meta_path.append(_SourceFinder(root))
+    # first: the subpackages come from the checkout this gradflow was imported from, also when
+    # another checkout is installed in editable mode (its finder would map them to that one)
+    sys.meta_path.insert(0, _SourceFinder(root))
     return True
 

@@ -16,6 +16,8 @@ polarisation coefficient ``Γ(t) = ∫₀ᵗ γ dt`` (paper Thm. 3.3):
 
 from __future__ import annotations
 
+import abc
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -29,10 +31,14 @@ __all__ = ["AbstractLoss", "LogisticTeacher", "SquareLoss", "SoftTargetCrossEntr
 
 
 class AbstractLoss(eqx.Module):
-    """A loss ``ℓ(β)`` on a single output ``β`` of shape ``(d,)``."""
+    """A loss ``ℓ(β)`` on a single output ``β`` of shape ``(d,)``.
 
+    Abstract (equinox's abstract/final pattern): a loss defines ``__call__`` and ``dim``; the
+    concrete losses here are not meant to be subclassed further (subclass this class instead)."""
+
+    @abc.abstractmethod
     def __call__(self, beta: Float[Array, " d"]) -> Float[Array, ""]:
-        raise NotImplementedError
+        """``ℓ(β)``, a scalar."""
 
     @property
     def teacher(self) -> Float[Array, " d"] | None:
@@ -40,9 +46,9 @@ class AbstractLoss(eqx.Module):
         return None
 
     @property
+    @abc.abstractmethod
     def dim(self) -> int:
         """The output dimension ``d`` the loss accepts."""
-        raise NotImplementedError
 
     @property
     def dim_origin(self) -> str:

@@ -164,7 +164,7 @@ def get_map(name: str) -> Callable[[Array], Array]:
 
 
 def apply_map(
-    a: Float[Array, "... n"], normalization: str = "softmax", temperature: float = 1.0
+    a: Float[Array, "... n"], normalization: str = "softmax", temperature: float | Float[Array, ""] = 1.0
 ) -> Float[Array, "... n"]:
     """Weights ``map(a / temperature)`` over the last axis.
 
@@ -184,7 +184,7 @@ def apply_map(
     return fn(a / temperature)
 
 
-def softmax_entropy(a: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:
+def softmax_entropy(a: Float[Array, "... n"], temperature: float | Float[Array, ""] = 1.0) -> Float[Array, "..."]:
     """Entropy (nats) of ``softmax(a / T)`` computed from logits (docs: Solvers and statuses, numerical rules).
 
     ``H = −Σ exp(logp)·logp`` with ``logp = log_softmax(a / T)``; value and gradient stay

@@ -14,6 +14,7 @@ line in :data:`MODELS`.
 
 from __future__ import annotations
 
+import abc
 import functools
 
 import equinox as eqx
@@ -32,7 +33,10 @@ __all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_mo
 
 class AbstractModel(eqx.Module):
     """Shared behaviour. ``normalization`` is a name of :data:`gradflow.maps.MAPS`;
-    ``temperature`` divides the logits before the map."""
+    ``temperature`` divides the logits before the map.
+
+    Abstract (equinox's abstract/final pattern): a model defines ``output`` and ``check_shapes``
+    (and may override ``logits``, ``u``); the concrete models here are final in intent."""
 
     normalization: str = eqx.field(static=True, default="softmax")
     temperature: Float[Array, ""] = eqx.field(default=1.0, converter=lambda x: jnp.asarray(x, jnp.float64))
@@ -50,12 +54,13 @@ class AbstractModel(eqx.Module):
         """The logits the map is applied to."""
         return a
 
+    @abc.abstractmethod
     def output(self, V: Array, s: Array) -> Array:
         """``β`` from the value block and the weights."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def check_shapes(self, V: Array, a: Array, loss: AbstractLoss) -> None:
-        raise NotImplementedError
+        """Raise :class:`gradflow.GradflowValueError` when ``V``, ``a`` do not fit the model and ``loss``."""
 
     def u(self, V: Array, teacher: Array) -> Array:
         """``u = Vᵀβ*`` (one entry per value column)."""

@@ -12,7 +12,7 @@ import numpy as np
 
 from gradflow.sweep import fig2_init  # the one copy (gradflow's sweeps draw it too)
 
-__all__ = ["fig2_init", "conditioning_init", "normalisation_init", "massive_init", "kl_init"]
+__all__ = ["fig2_init", "conditioning_init", "normalization_init", "massive_init", "kl_init"]
 
 
 def conditioning_init(kappa: float, seed: int = 123, d: int = 20):
@@ -32,7 +32,7 @@ def conditioning_init(kappa: float, seed: int = 123, d: int = 20):
     return W0, a0, X, y
 
 
-def normalisation_init(seed: int = 42, n: int = 10):
+def normalization_init(seed: int = 42, n: int = 10):
     """Normalisation-map figures (paper appendix): ``RandomState(seed)``: ``β* = randn(n)`` normalised;
     then for every map the authors re-seed ``seed`` and draw ``V = 0.1·randn(n, n)``,
     ``a = 1 + 0.1·randn(n)``, so every map starts from the same ``(V0, a0)``.

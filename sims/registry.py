@@ -33,8 +33,8 @@ FIGURES: dict[str, str] = {
     # the paper's figures, continued
     "fig3": "paper.fig3",
     "fig12": "paper.fig12",
-    "norm-square": "paper.normalisations:SQUARE",
-    "norm-logistic": "paper.normalisations:LOGISTIC",
+    "norm-square": "paper.normalizations:SQUARE",
+    "norm-logistic": "paper.normalizations:LOGISTIC",
     "massive": "paper.massive",
     "kl": "paper.kl",
     # Sec. 4: the transformer experiments (sims/sec4/)

@@ -35,7 +35,7 @@ def figure(nrows: int = 1, ncols: int = 2, height: float = 2.4, **kwargs):
 
 
 def colors(n: int):
-    """``n`` distinguishable colours (tab10, then a viridis sweep beyond ten)."""
+    """``n`` distinguishable colours (tab10, then viridis beyond ten)."""
     if n <= 10:
         return [plt.get_cmap("tab10")(i) for i in range(n)]
     return [plt.get_cmap("viridis")(i / max(n - 1, 1)) for i in range(n)]

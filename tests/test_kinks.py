@@ -10,9 +10,9 @@ from gradflow import flow as _flow
 
 def _setting():
     """The norm-logistic figure's draws (n = d = 10, seed 42, logistic teacher)."""
-    from gradflow.sims.draws import normalisation_init
+    from gradflow.sims.draws import normalization_init
 
-    beta_star, V0, a0 = normalisation_init(42, 10)
+    beta_star, V0, a0 = normalization_init(42, 10)
     return gradflow.LogisticTeacher(beta_star), V0, a0
 
 

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from gradflow.sims.paper import conditioning
-from gradflow.sims.paper import normalisations as nz
-from gradflow.sims.draws import conditioning_init, kl_init, massive_init, normalisation_init
+from gradflow.sims.paper import normalizations as nz
+from gradflow.sims.draws import conditioning_init, kl_init, massive_init, normalization_init
 
 PAPER_IDS = ["fig3", "fig12", "norm-square", "norm-logistic", "massive", "kl"]
 
@@ -30,7 +30,7 @@ def test_draws_follow_the_spec_order():
     np.testing.assert_allclose(np.linalg.svd(X, compute_uv=False), np.linspace(1, 1 / 3, 20), atol=1e-12)
     np.testing.assert_allclose(np.abs(np.linalg.svd(X)[0]), np.abs(np.linalg.svd(Xr)[0]), atol=1e-10)
 
-    bs, V0, a0 = normalisation_init()
+    bs, V0, a0 = normalization_init()
     rng = np.random.RandomState(42)
     b = rng.randn(10)
     np.testing.assert_allclose(bs, b / np.linalg.norm(b))

@@ -10,7 +10,7 @@ import pytest
 
 import gradflow
 from gradflow import theory
-from gradflow.theory.experiments import logistic_sweep
+from gradflow.theory.experiments import logistic_trials
 
 TRIALS = 2
 
@@ -95,7 +95,7 @@ def test_controls_fail_late_as_well_as_early(results, cid):
 
 @pytest.fixture(scope="module")
 def one_run():
-    traj, losses, _ = logistic_sweep(TRIALS, 0)[0]
+    traj, losses, _ = logistic_trials(TRIALS, 0)[0]
     return traj[0], losses[0]
 
 
@@ -167,8 +167,8 @@ def test_trend_and_tables_can_fail():
     assert theory.conditioning_trend(flat).holds
     assert not theory.conditioning_trend(flat[:, ::-1]).holds
     good = {"softmax": [0.99], "l1": [0.9], "l2": [1.0], "relu": [1.0], "sigmoid": [0.1], "sum": [0.2]}
-    assert theory.normalisation_verdict(good).holds
-    assert not theory.normalisation_verdict({**good, "sigmoid": [0.95]}).holds
+    assert theory.normalization_verdict(good).holds
+    assert not theory.normalization_verdict({**good, "sigmoid": [0.95]}).holds
 
 
 @pytest.fixture(scope="module")

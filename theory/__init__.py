@@ -1,8 +1,8 @@
 """theory: every theorem and claim of the paper (Thms 3.2, 3.3, Lemmas 3.5, D.2, Eqs. 2–5, Figs. 3/12, Sec. 4.1; docs: Theorem checks) as a check that can fail.
 
 Each check has (1) functions that evaluate its statement on given trajectories and return a
-:class:`Verdict` (``holds``, signed ``worst_margin``), and (2) a default experiment — a random
-sweep over seeds (vmapped with :func:`gradflow.simulate_batch`), sizes and scales within the
+:class:`Verdict` (``holds``, signed ``worst_margin``), and (2) a default experiment — random
+draws over seeds (vmapped with :func:`gradflow.simulate_batch`), sizes and scales within the
 theorem's assumptions — plus a negative control where the statement must fail, both run by
 :func:`run_check` and reported as a :class:`CheckResult`.
 
@@ -17,7 +17,7 @@ if __name__ == "theory":  # the folder imported under its own name: a second cop
 
 
 from ._result import CheckResult, Verdict
-from .empirical import normalisation_verdict, sink_verdict
+from .empirical import normalization_verdict, sink_verdict
 from . import invariants, polarisation
 from .maxmargin import att_svm, direction_verdict, regpath_verdict
 from .invariants import output_response, output_response_along, sum_a_conserved, v_perp_frozen
@@ -40,7 +40,7 @@ __all__ = [
     "gamma_log_growth",
     "get_check",
     "loss_vanishes",
-    "normalisation_verdict",
+    "normalization_verdict",
     "order_preserved",
     "output_response",
     "output_response_along",
@@ -56,3 +56,13 @@ __all__ = [
     "sum_a_conserved",
     "v_perp_frozen",
 ]
+
+
+def __getattr__(name):
+    if name == "normalisation_verdict":  # deprecated spelling (the keyword everywhere is normalization=)
+        import warnings
+
+        warnings.warn("gradflow.theory.normalisation_verdict is deprecated; use normalization_verdict",
+                      DeprecationWarning, stacklevel=2)
+        return normalization_verdict
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -127,7 +127,7 @@ def combine(
 
 
 def merge(verdicts: Sequence[Verdict], scalar_keys: Sequence[str] = ()) -> Verdict:
-    """Pool several verdicts (e.g. one per sweep group) into one.
+    """Pool several verdicts (e.g. one per experiment group) into one.
 
     Margins are concatenated; each detail key becomes the list of its values across the
     verdicts, except ``scalar_keys`` (settings shared by all, e.g. a tolerance), which keep the

@@ -17,9 +17,9 @@ __all__ = [
     "POLARISING",
     "NOT_POLARISING",
     "polarisation_table",
-    "normalisation_verdict",
+    "normalization_verdict",
     "sink_verdict",
-    "run_normalisations",
+    "run_normalizations",
     "run_sinks",
 ]
 
@@ -88,7 +88,7 @@ def polarisation_table(trials: int, seed: int) -> dict:
     return dict(table=table, status=status)
 
 
-def normalisation_verdict(table: dict, polarising=POLARISING, not_polarising=NOT_POLARISING, square_table: dict | None = None) -> Verdict:
+def normalization_verdict(table: dict, polarising=POLARISING, not_polarising=NOT_POLARISING, square_table: dict | None = None) -> Verdict:
     """The normalisation claim on a table ``{map: [final max normalised weight per trial]}``
     (logistic loss) and optionally ``square_table`` (square loss). Per trial the margin is the
     min over maps of ``w − POLARISED`` for the polarising maps and ``NOT_POLARISED − w`` for the
@@ -107,16 +107,16 @@ def normalisation_verdict(table: dict, polarising=POLARISING, not_polarising=NOT
     return combine(margins, dict(final_max_weight=per_map, thresholds=dict(polarised=POLARISED, not_polarised=NOT_POLARISED)))
 
 
-def run_normalisations(trials: int = 16, seed: int = 0) -> CheckResult:
+def run_normalizations(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default: :func:`polarisation_table`. Control: the logistic claim ("softmax, l1, l2, relu
     polarise; sigmoid, sum do not") applied to the square-loss runs, where it must fail."""
     res = polarisation_table(trials, seed)
     tab = res["table"]
-    main = normalisation_verdict(tab["logistic"], square_table=tab["square"])
+    main = normalization_verdict(tab["logistic"], square_table=tab["square"])
     bad = {k: [m for m, st in v.items() for s in (st if isinstance(st, list) else [st]) if s != "ok"] for k, v in res["status"].items()}
     if any(bad.values()):
         main = Verdict(False, main.worst_margin, main.trials, main.margins, {**main.details, "solver_not_ok": bad})
-    control = normalisation_verdict(tab["square"])
+    control = normalization_verdict(tab["square"])
     return CheckResult.from_verdicts(
         "normalisations", STATEMENTS["normalisations"], main, control, "the logistic-loss claim applied to the square-loss runs",
         n=NORM_N, t1=NORM_T1, l1_gd=GD,

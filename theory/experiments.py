@@ -1,10 +1,10 @@
 """Default random experiments (the draws and runs) shared by several checks, and small helpers.
 
-Every sweep draws trial ``k`` from ``numpy.random.default_rng([seed, k])``, groups trials by
+Every experiment draws trial ``k`` from ``numpy.random.default_rng([seed, k])``, groups trials by
 shape so that each group is one :func:`gradflow.simulate_batch` call (``vmap`` over seeds),
 and is cached per ``(trials, seed)`` so that the checks that share it integrate it once.
 
-Logistic sweep (Assumption 3.1: ``a(0) = 0``; ``u(0)`` distinct almost surely):
+Logistic experiment (Assumption 3.1: ``a(0) = 0``; ``u(0)`` distinct almost surely):
 trial ``k`` has shape ``(d, n) = SHAPES[k % len(SHAPES)]``, ``V(0) = c·randn(d, n)`` with
 ``c = 10^U(-1.3, 0)`` and a teacher ``β* = ρ·g/‖g‖``, ``g ~ N(0, I)``, ``ρ = 10^U(-0.3, 0.3)``.
 """
@@ -27,8 +27,8 @@ __all__ = [
     "LOGISTIC_T1",
     "SQUARE_T1",
     "lanes",
-    "logistic_sweep",
-    "square_sweep",
+    "logistic_trials",
+    "square_trials",
     "AscentLoss",
     "SwitchMapModel",
     "late_window",
@@ -36,13 +36,13 @@ __all__ = [
 ]
 
 SHAPES = ((6, 6), (4, 8))
-"""``(d, n)`` of the logistic sweep's shape groups (trial ``k`` uses ``SHAPES[k % 2]``)."""
+"""``(d, n)`` of the logistic experiment's shape groups (trial ``k`` uses ``SHAPES[k % 2]``)."""
 
 LOGISTIC_T1 = 1e12
-"""Horizon of the logistic sweep (flow time); cheap in log time (a few dozen Dopri8 steps)."""
+"""Horizon of the logistic experiment (flow time); cheap in log time (a few dozen Dopri8 steps)."""
 
 SQUARE_T1 = 1e4
-"""Horizon of the square-loss sweep (Lemma 3.5); Γ has converged long before."""
+"""Horizon of the square-loss experiment (Lemma 3.5); Γ has converged long before."""
 
 
 def lanes(traj: gradflow.Trajectory) -> list[dict]:
@@ -133,7 +133,7 @@ def _logistic_draw(rng: np.random.Generator, d: int, n: int):
 
 @functools.lru_cache(maxsize=8)
 def logistic_draws(trials: int, seed: int) -> tuple:
-    """Initial conditions of the logistic sweep, grouped by shape.
+    """Initial conditions of the logistic experiment, grouped by shape.
 
     **Returns:** a tuple of groups, one per used shape; each group is a dict with ``shape``,
     ``trial_ids``, ``V0s (B, d, n)``, ``a0s (B, n)`` (zeros), ``betas (B, d)``, ``scales_V``, ``rhos``.
@@ -159,7 +159,7 @@ def logistic_draws(trials: int, seed: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def logistic_sweep(trials: int, seed: int) -> tuple:
+def logistic_trials(trials: int, seed: int) -> tuple:
     """The logistic-teacher flow of every trial of :func:`logistic_draws` to ``t1 = 1e12``.
 
     **Returns:** a tuple of ``(traj, losses, group)`` per shape group, ``traj`` batched over the
@@ -174,7 +174,7 @@ def logistic_sweep(trials: int, seed: int) -> tuple:
 
 
 @functools.lru_cache(maxsize=8)
-def ascent_sweep(trials: int, seed: int, t1: float = 1e4) -> tuple:
+def ascent_trials(trials: int, seed: int, t1: float = 1e4) -> tuple:
     """Negative control: the *reversed* field (ascent on the logistic loss) from the first shape
     group's initial conditions. Returns ``(traj, losses)``."""
     grp = logistic_draws(trials, seed)[0]
@@ -183,7 +183,7 @@ def ascent_sweep(trials: int, seed: int, t1: float = 1e4) -> tuple:
     return traj, losses
 
 
-def reversed_logits_sweep(trials: int, seed: int, t1: float = 1e4, spread: float = 3.0) -> tuple:
+def reversed_logits_trials(trials: int, seed: int, t1: float = 1e4, spread: float = 3.0) -> tuple:
     """Negative control breaking Assumption 3.1: the logistic flow from the first shape group's
     ``V(0)``, ``β*`` but with ``a(0)`` ordered *against* ``u(0)`` (``a_i(0) = spread·(rank_i − mean)``,
     rank 0 = largest ``u``). Then ``s_i < s_j`` for ``u_i > u_j`` at the start, so every
@@ -198,9 +198,9 @@ def reversed_logits_sweep(trials: int, seed: int, t1: float = 1e4, spread: float
 
 
 @functools.lru_cache(maxsize=8)
-def square_sweep(trials: int, seed: int, zero_V: bool) -> tuple:
+def square_trials(trials: int, seed: int, zero_V: bool) -> tuple:
     """Square loss ``½‖β* − β‖²`` (paper Eq. 8) from the first shape group's teachers, with
-    ``V(0) = 0`` (Lemma 3.5) or ``V(0)`` the logistic sweep's random draw (``zero_V=False``,
+    ``V(0) = 0`` (Lemma 3.5) or ``V(0)`` the logistic experiment's random draw (``zero_V=False``,
     a negative control), and a small random ``a(0) = c·randn(n)``, ``c = 10^U(-2, -0.5)``
     (with ``V(0) = 0`` all ``u_i(0) = 0``, so ``a(0)`` breaks the symmetry). Horizon
     :data:`SQUARE_T1`, implicit solver (``"auto"`` → Kvaerno5).
@@ -220,10 +220,10 @@ def square_sweep(trials: int, seed: int, zero_V: bool) -> tuple:
 
 @functools.lru_cache(maxsize=8)
 def logistic_from_square_init(trials: int, seed: int) -> tuple:
-    """Negative control for Lemma 3.5(b): the logistic loss from the square sweep's start
+    """Negative control for Lemma 3.5(b): the logistic loss from the square-loss experiment's start
     (``V(0) = 0``, same ``a(0)``) to ``t1 = 1e12``. Returns ``(traj, losses)``."""
     grp = logistic_draws(trials, seed)[0]
-    _, _, a0s = square_sweep(trials, seed, True)
+    _, _, a0s = square_trials(trials, seed, True)
     losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]
     traj = gradflow.simulate_batch(losses, np.zeros_like(grp["V0s"]), a0s, t1=LOGISTIC_T1)
     return traj, losses

@@ -16,7 +16,7 @@ from scipy.special import expit
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from .experiments import as_list, lanes, logistic_draws, logistic_sweep, square_sweep
+from .experiments import as_list, lanes, logistic_draws, logistic_trials, square_trials
 
 
 def _pool(verdicts):
@@ -59,7 +59,7 @@ LEMD2_TOL = 1e-9
 LEMD2_FD_TOL = 3e-3
 """Tolerance on the relative error ``‖Dβ − formula‖ / ‖formula‖`` with ``Dβ`` the 7-point finite
 difference (in ``τ = log(1 + t)``) of ``β = V s`` over the *saved* states: it fails if the states
-were integrated with another field. Measured on the logistic sweep (401 log-spaced saves over
+were integrated with another field. Measured on the logistic experiment (401 log-spaced saves over
 15 decades, 16 trials): max 3.5e-4 (5 points: 1.4e-3; 9 points: 1.8e-4), worst around
 ``t ≈ 40–100`` where ``s`` moves fastest in ``τ``; about 10×. (The square-loss runs converge like
 ``e^{−λt}``, which no polynomial in ``τ`` on this grid resolves: they are checked at points only.)"""
@@ -215,10 +215,10 @@ def output_response_along(traj: gradflow.Trajectory, losses, tol: float = LEMD2_
 
 
 def run_inv_sum_a(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default: the logistic sweep and the square-loss (Lemma 3.5) runs. Control: the
+    """Default: the logistic experiment and the square-loss (Lemma 3.5) runs. Control: the
     un-normalised element-wise sigmoid map (``1ᵀ ∂s/∂a ≠ 0``), logistic teacher, ``t1 = 1e6``."""
-    sq_traj, _, _ = square_sweep(trials, seed, True)
-    main = _pool([sum_a_conserved(tr) for tr, _, _ in logistic_sweep(trials, seed)] + [sum_a_conserved(sq_traj)])
+    sq_traj, _, _ = square_trials(trials, seed, True)
+    main = _pool([sum_a_conserved(tr) for tr, _, _ in logistic_trials(trials, seed)] + [sum_a_conserved(sq_traj)])
     grp = logistic_draws(trials, seed)[0]
     losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]
     ctrl = gradflow.simulate_batch(losses, grp["V0s"], grp["a0s"], t1=1e6, normalization="sigmoid")
@@ -229,10 +229,10 @@ def run_inv_sum_a(trials: int = 16, seed: int = 0) -> CheckResult:
 
 
 def run_inv_v_perp(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default: the logistic sweep. Control: the square loss from a random ``V(0)``
+    """Default: the logistic experiment. Control: the square loss from a random ``V(0)``
     (``dV/dt = (β* − Vs)sᵀ`` moves ``V`` off the ``β*`` direction)."""
-    main = _pool([v_perp_frozen(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
-    sq_traj, sq_losses, _ = square_sweep(trials, seed, False)
+    main = _pool([v_perp_frozen(tr, ls) for tr, ls, _ in logistic_trials(trials, seed)])
+    sq_traj, sq_losses, _ = square_trials(trials, seed, False)
     control = v_perp_frozen(sq_traj, sq_losses)
     return CheckResult.from_verdicts(
         "inv.v_perp", STATEMENTS["inv.v_perp"], main, control, "square loss from random V(0), t1 = 1e4"
@@ -240,18 +240,18 @@ def run_inv_v_perp(trials: int = 16, seed: int = 0) -> CheckResult:
 
 
 def run_lemD2(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default: the logistic sweep, by autodiff at every saved point (:func:`output_response`)
+    """Default: the logistic experiment, by autodiff at every saved point (:func:`output_response`)
     and along the integrated trajectory (:func:`output_response_along`; a trial's margin is the
     smaller), and the square-loss runs from random ``V(0)`` at every saved point. Controls (the
     check fails if either holds): (1) the printed formula without the square (``V J(s) Vᵀ``), on
     the same trajectories; (2) the flow integrated at temperature ``T = 2`` (the first shape
     group's starts), checked as if it were the ``T = 1`` flow — a trajectory integrated with
     another field, as an engine that dropped the temperature would produce."""
-    sweep = logistic_sweep(trials, seed)
-    sq_traj, sq_losses, _ = square_sweep(trials, seed, False)
-    runs = [(tr, ls) for tr, ls, _ in sweep] + [(sq_traj, sq_losses)]
+    runs = logistic_trials(trials, seed)
+    sq_traj, sq_losses, _ = square_trials(trials, seed, False)
+    runs = [(tr, ls) for tr, ls, _ in runs] + [(sq_traj, sq_losses)]
     parts = []
-    for tr, ls, _ in sweep:
+    for tr, ls, _ in runs:
         point, along = output_response(tr, ls), output_response_along(tr, ls)
         parts.append(combine(
             [min(x, y) for x, y in zip(point.margins, along.margins)],
@@ -263,7 +263,7 @@ def run_lemD2(trials: int = 16, seed: int = 0) -> CheckResult:
         ))
     sq = output_response(sq_traj, sq_losses)
     main = _pool(parts + [sq])
-    wrong_power = _pool([output_response_along(tr, ls, power=1) for tr, ls, _ in sweep]
+    wrong_power = _pool([output_response_along(tr, ls, power=1) for tr, ls, _ in runs]
                         + [output_response(tr, ls, power=1) for tr, ls in runs])
     grp = logistic_draws(trials, seed)[0]
     hot_losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]

@@ -309,7 +309,7 @@ def regpath_verdict(radii, P, ref, ok=None, tol: float = REGPATH_TOL) -> Verdict
 
 
 @functools.lru_cache(maxsize=4)
-def regpath_sweep(trials: int, seed: int) -> tuple:
+def regpath_trials(trials: int, seed: int) -> tuple:
     """The regularisation path of every :func:`mm_draws` draw at ``R = REGPATH_RADII·‖p_mm‖``."""
     draws = mm_draws(trials, seed)
     radii, paths, oks = [], [], []
@@ -325,7 +325,7 @@ def regpath_sweep(trials: int, seed: int) -> tuple:
 def run_mm_regpath(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default: the regularisation path of the ``mm.direction`` draws against ``p_mm``; control: against
     the att-SVM of :func:`wrong_selection`."""
-    radii, P, oks, draws = regpath_sweep(trials, seed)
+    radii, P, oks, draws = regpath_trials(trials, seed)
     main = regpath_verdict(radii, P, np.stack([dr[1].w for dr in draws]), oks)
     ctrl = regpath_verdict(radii, P, np.stack([dr[2].w for dr in draws]), oks)
     return CheckResult.from_verdicts("mm.regpath", STATEMENTS["mm.regpath"], main, ctrl,

@@ -11,7 +11,7 @@ import numpy as np
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from .experiments import ascent_sweep, lanes, logistic_sweep, reversed_logits_sweep
+from .experiments import ascent_trials, lanes, logistic_trials, reversed_logits_trials
 
 __all__ = ["order_preserved", "repulsion", "STATEMENTS", "run_thm3_2a", "run_thm3_2b"]
 
@@ -122,14 +122,14 @@ def repulsion(traj: gradflow.Trajectory) -> Verdict:
 
 
 def _run(check_id, fn, trials, seed):
-    main = merge([fn(traj) for traj, _, _ in logistic_sweep(trials, seed)])
-    ctrl_traj, _ = ascent_sweep(trials, seed)
+    main = merge([fn(traj) for traj, _, _ in logistic_trials(trials, seed)])
+    ctrl_traj, _ = ascent_trials(trials, seed)
     control = fn(ctrl_traj)
     case = "reversed field (gradient ascent on the logistic loss), t1 = 1e4"
     if check_id == "thm3.2b":
         # ascent keeps the u-gaps growing (only Φ fails there); a second control breaks the u part:
         # a(0) ordered against u(0), where every u gap shrinks at first
-        u_ctrl = fn(reversed_logits_sweep(trials, seed)[0])
+        u_ctrl = fn(reversed_logits_trials(trials, seed)[0])
         u_incs = list(u_ctrl.details["min_rel_gap_increment_u"])
         u_only = combine(u_incs, {}, [i not in set(u_ctrl.details.get("solver_not_ok_trials", []))
                                                        for i in range(u_ctrl.trials)])
@@ -143,7 +143,7 @@ def _run(check_id, fn, trials, seed):
 
 
 def run_thm3_2a(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default experiment for Thm 3.2(a): the logistic sweep (``a(0) = 0``, random ``V(0)``,
+    """Default experiment for Thm 3.2(a): the logistic experiment (``a(0) = 0``, random ``V(0)``,
     ``β*``, two shapes, ``t1 = 1e12``). Control: the reversed field, where ``a`` orders opposite to ``u``."""
     return _run("thm3.2a", order_preserved, trials, seed)
 

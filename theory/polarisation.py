@@ -16,7 +16,7 @@ import numpy as np
 import gradflow
 
 from ._result import CheckResult, Verdict, any_of, combine, merge, over_time
-from .experiments import LOGISTIC_T1, as_list, ascent_sweep, fit_line, lanes, logistic_sweep, square_sweep
+from .experiments import LOGISTIC_T1, as_list, ascent_trials, fit_line, lanes, logistic_trials, square_trials
 
 __all__ = [
     "STATEMENTS",
@@ -38,24 +38,24 @@ STATEMENTS = {
 }
 
 FIT_WINDOW = (1e8, 1e12)
-"""Flow-time window ``[t_lo, t_hi]`` of the asymptotic fits (the last four decades of the sweep)."""
+"""Flow-time window ``[t_lo, t_hi]`` of the asymptotic fits (the last four decades of the experiment)."""
 
 LOSS_RATE_TOL = 2e-3
 """Allowed ``|p + 1|`` for the fitted loss exponent ``p = d log L / d log t`` (Thm 3.3a). Measured
-on the default sweep (16 trials, seed 0, window 1e8..1e12): max 1.4e-4; tolerance about 10×."""
+on the default experiment (16 trials, seed 0, window 1e8..1e12): max 1.4e-4; tolerance about 10×."""
 
 GAMMA_SLOPE_TOL = 1e-2
-"""Allowed ``|‖β*‖² dΓ/d log t − 1|`` (Thm 3.3c). Measured on the default sweep: max 1.0e-3; 10×."""
+"""Allowed ``|‖β*‖² dΓ/d log t − 1|`` (Thm 3.3c). Measured on the default experiment: max 1.0e-3; 10×."""
 
 EXPONENT_TOL = 0.3
 """Allowed ``|q + 2|`` for the fitted exponent ``q`` of ``1 − s_0 ∝ (log t − L_0)^q`` (Thm 3.3c,
-offset ``L_0`` fitted too). Measured on the default sweep: ``q ∈ [−2.07, −1.99]``, max ``|q + 2|``
+offset ``L_0`` fitted too). Measured on the default experiment: ``q ∈ [−2.07, −1.99]``, max ``|q + 2|``
 = 0.072; the tolerance (≈ 4×) keeps the wrong exponent ``−1`` (an ``O(1/log t)`` rate read as
 tight) more than three tolerances away."""
 
 CONSTANT_TOL = 0.1
 """Allowed ``|log(C / C*)|`` for the fitted constant of ``1 − s_0 ≈ C/(log t − L_0)²`` against
-``C* = 2‖β*‖²(n − 1)/n`` (derived below). Measured on the default sweep: max 0.019; ≈ 5×."""
+``C* = 2‖β*‖²(n − 1)/n`` (derived below). Measured on the default experiment: max 0.019; ≈ 5×."""
 
 
 
@@ -266,10 +266,10 @@ def _fit_summary(fits: list) -> dict:
 
 
 def run_thm3_3a(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default experiment: the logistic sweep (``t1 = 1e12``). Control: the reversed field
+    """Default experiment: the logistic experiment (``t1 = 1e12``). Control: the reversed field
     (ascent), where the loss grows."""
-    main = merge([loss_vanishes(tr, ls) for tr, ls, _ in logistic_sweep(trials, seed)])
-    ctrl_traj, ctrl_losses = ascent_sweep(trials, seed)
+    main = merge([loss_vanishes(tr, ls) for tr, ls, _ in logistic_trials(trials, seed)])
+    ctrl_traj, ctrl_losses = ascent_trials(trials, seed)
     # evaluate the logistic loss ℓ (not the ascent objective −ℓ) along the reversed flow
     ell = jax.vmap(jax.vmap(lambda l, V, s: l.inner(V @ s), in_axes=(None, 0, 0)), in_axes=(0, 0, 0))
     stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *ctrl_losses)
@@ -282,20 +282,20 @@ def run_thm3_3a(trials: int = 16, seed: int = 0) -> CheckResult:
 
 
 def run_thm3_3b(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default experiment: the logistic sweep. Controls (the check fails if either holds):
+    """Default experiment: the logistic experiment. Controls (the check fails if either holds):
     (1) the same trajectories against the bound with ``δ`` replaced by ``2(u_0(0) − u_1(0)) > δ``
     (too large: violated at small t, where the true bound is tight); (2) the reversed field
     (ascent on the logistic loss, ``t1 = 1e4``), where ``s_j/s_0`` grows past the bound at every
     saved time, late as well as early. The true bound is tight only as ``t → 0`` (relative slack
     ``(u_0 − u_j)/δ − 1``); late it is loose (``log(s_0/s_j) ≈ log(n log² t/(2‖β*‖²))`` against
     ``log(1 + (δ/n)Γ) ≈ log log t``), so a too-large constant alone cannot be violated late."""
-    sweep = logistic_sweep(trials, seed)
-    main = merge([ratio_bound(tr) for tr, _, _ in sweep])
+    runs = logistic_trials(trials, seed)
+    main = merge([ratio_bound(tr) for tr, _, _ in runs])
     too_big = []
-    for tr, _, _ in sweep:
+    for tr, _, _ in runs:
         u0 = np.sort(np.asarray(tr.u[:, 0]), axis=1)[:, ::-1]
         too_big.append(ratio_bound(tr, delta=list(2.0 * (u0[:, 0] - u0[:, 1]))))
-    asc, _ = ascent_sweep(trials, seed)
+    asc, _ = ascent_trials(trials, seed)
     control = any_of({"delta_doubled": merge(too_big), "ascent": ratio_bound(asc)})
     return CheckResult.from_verdicts(
         "thm3.3b", STATEMENTS["thm3.3b"], main, control,
@@ -304,14 +304,14 @@ def run_thm3_3b(trials: int = 16, seed: int = 0) -> CheckResult:
 
 
 def run_thm3_3c(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default experiment: the logistic sweep; fits over :data:`FIT_WINDOW`. Controls (the check
+    """Default experiment: the logistic experiment; fits over :data:`FIT_WINDOW`. Controls (the check
     fails if either holds): (1) the wrong exponent ``1 − s_0 = Θ(1/log t)`` on the same
     trajectories; (2) the square loss (Lemma 3.5 runs, ``t1 = 1e4``, window ``1e1..1e4``), where
     Γ saturates (slope → 0) and ``s`` does not polarise."""
-    sweep = logistic_sweep(trials, seed)
-    main = merge([gamma_log_growth(tr, ls) for tr, ls, _ in sweep])
-    wrong = merge([gamma_log_growth(tr, ls, exponent=-1.0) for tr, ls, _ in sweep])
-    sq_traj, sq_losses, _ = square_sweep(trials, seed, True)
+    runs = logistic_trials(trials, seed)
+    main = merge([gamma_log_growth(tr, ls) for tr, ls, _ in runs])
+    wrong = merge([gamma_log_growth(tr, ls, exponent=-1.0) for tr, ls, _ in runs])
+    sq_traj, sq_losses, _ = square_trials(trials, seed, True)
     control = any_of({"exponent_minus_1": wrong, "square_loss": gamma_log_growth(sq_traj, sq_losses, window=(1e1, 1e4))})
     return CheckResult.from_verdicts(
         "thm3.3c", STATEMENTS["thm3.3c"], main, control,

@@ -28,7 +28,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "inv.v_perp": invariants.run_inv_v_perp,
     "replicator": replicator.run_replicator,
     "conditioning": square.run_conditioning,
-    "normalisations": empirical.run_normalisations,
+    "normalisations": empirical.run_normalizations,
     "sinks": empirical.run_sinks,
     "mm.direction": maxmargin.run_mm_direction,
     "mm.regpath": maxmargin.run_mm_regpath,
@@ -72,7 +72,7 @@ def run_check(check_id: str, trials: int = DEFAULT_TRIALS, seed: int = 0) -> Che
 
 def run_checks(ids: Sequence[str] | None = None, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[CheckResult]:
     """Run several checks (default: all, in registry order); all ids are validated first.
-    Checks share cached sweeps, so running them together is much cheaper than one by one."""
+    Checks share cached experiments, so running them together is much cheaper than one by one."""
     ids = check_ids() if not ids else list(ids)
     for cid in ids:
         get_check(cid)

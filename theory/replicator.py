@@ -13,7 +13,7 @@ import gradflow
 
 from ._reduced import integrate_reduced
 from ._result import CheckResult, Verdict, combine
-from .experiments import as_list, lanes, logistic_sweep
+from .experiments import as_list, lanes, logistic_trials
 
 __all__ = ["STATEMENTS", "REPLICATOR_TOL", "replicator_agrees", "run_replicator"]
 
@@ -52,11 +52,11 @@ def replicator_agrees(traj: gradflow.Trajectory, losses, tol: float = REPLICATOR
 
 
 def run_replicator(trials: int = 16, seed: int = 0) -> CheckResult:
-    """Default: the logistic sweep (both shapes, ``t1 = 1e12``). Control: the wrong replicator
+    """Default: the logistic experiment (both shapes, ``t1 = 1e12``). Control: the wrong replicator
     ``ds/dt = J(s) Vᵀ r`` (one ``J``: the logit-space field applied to probabilities)."""
-    sweep = logistic_sweep(trials, seed)
+    runs = logistic_trials(trials, seed)
     mains, ctrls = [], []
-    for tr, ls, _ in sweep:
+    for tr, ls, _ in runs:
         mains.append(replicator_agrees(tr, ls))
         ctrls.append(replicator_agrees(tr, ls, power=1))
 

@@ -12,7 +12,7 @@ import gradflow
 
 from ._reduced import integrate_reduced
 from ._result import CheckResult, Verdict, combine
-from .experiments import as_list, lanes, logistic_from_square_init, square_sweep
+from .experiments import as_list, lanes, logistic_from_square_init, square_trials
 
 __all__ = [
     "STATEMENTS",
@@ -109,7 +109,7 @@ def run_lem3_5a(trials: int = 16, seed: int = 0) -> CheckResult:
     Control: also from ``V(0) = 0`` (rank one at ``t = 0``), but the loss has a design,
     ``½‖β* − Xβ‖²`` with ``X = I + ½·randn``, whose residual ``Xᵀ(β* − Xβ)`` turns away from
     ``β*``: ``V`` must leave ``span{β*}`` (checked to ``t1 = 100``, where it already has)."""
-    traj, losses, a0s = square_sweep(trials, seed, True)
+    traj, losses, a0s = square_trials(trials, seed, True)
     rng = np.random.default_rng([seed, 351])
     d = int(np.shape(traj.V)[-2])
     closses = [gradflow.SquareLoss(l.target, design=np.eye(d) + 0.5 * rng.standard_normal((d, d))) for l in losses]
@@ -124,7 +124,7 @@ def run_lem3_5a(trials: int = 16, seed: int = 0) -> CheckResult:
 def run_lem3_5b(trials: int = 16, seed: int = 0) -> CheckResult:
     """Default: as :func:`run_lem3_5a`. Control: the logistic loss from the same start
     (``t1 = 1e12``), where Γ keeps growing like log t and ``s`` polarises."""
-    traj, _, _ = square_sweep(trials, seed, True)
+    traj, _, _ = square_trials(trials, seed, True)
     ctraj, _ = logistic_from_square_init(trials, seed)
     main = partial_polarisation(traj)
     n = int(np.shape(traj.s)[-1])
@@ -194,7 +194,7 @@ def conditioning_trend(max_s: np.ndarray, kappas=KAPPAS, rel_step: float = TREND
 
     Margin (dimensionless): ``min_k g_k / rel_step − 1`` with ``g_k = m_{k+1}/m_k − 1`` the
     relative growth of the mean max-s ``m_k`` between consecutive κ (one value for the whole
-    sweep: the claim is a trend over seeds). ``details``: mean max-s per κ, the relative steps and
+    experiment: the claim is a trend over seeds). ``details``: mean max-s per κ, the relative steps and
     the fraction of seeds whose own sequence is monotone non-decreasing.
     """
     max_s = np.asarray(max_s, float)

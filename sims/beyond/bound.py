@@ -7,8 +7,8 @@ u_j(0))``) and every ``j ≠ 0``, ``t ≥ 0``::
     s_j(t)/s_0(t) ≤ 1/(1 + (δ/n) Γ(t)).
 
 Runs: Fig. 2's draws (:func:`gradflow.sims.draws.fig2_init`) to ``t1``, its GD twin (lr 0.1, ``Γ`` the
-Riemann sum), and the random logistic sweep of the theorem checks
-(:func:`gradflow.theory.experiments.logistic_sweep`, ``trials`` draws, two shapes, ``t1 = 1e12``).
+Riemann sum), and the random logistic experiment of the theorem checks
+(:func:`gradflow.theory.experiments.logistic_trials`, ``trials`` draws, two shapes, ``t1 = 1e12``).
 Panel (a): Fig. 2's ``s_j/s_0`` (``log s_j/s_0 = a_j − a_0`` from logits) and the bound.
 Panel (b): the bound in exponent form, ``min_j log(s_0/s_j) / log(1 + (δ/n)Γ)`` for every run
 (scale-free; ``≥ 1`` exactly where the bound holds). Grey: the same with a deliberately wrong ``δ' = 2(u_0(0) − u_1(0))``
@@ -23,7 +23,7 @@ import numpy as np
 from matplotlib.lines import Line2D
 
 import gradflow
-from gradflow.theory.experiments import lanes, logistic_sweep
+from gradflow.theory.experiments import lanes, logistic_trials
 from gradflow.theory.polarisation import ratio_bound
 
 from gradflow.sims import style
@@ -85,7 +85,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
         gd = gradflow.descend(loss, V0, a0, lr=cfg["lr"], steps=cfg["gd_steps"],
                               record=gd_record(cfg["gd_steps"], cfg["gd_snapshots"]))
         advance("gd")
-        sweep = [tr for tr, _, _ in logistic_sweep(cfg["sweep_trials"], cfg["sweep_seed"])]
+        sweep = [tr for tr, _, _ in logistic_trials(cfg["sweep_trials"], cfg["sweep_seed"])]
         advance("sweep")
     require_ok("bound", flow=flow, gd=gd, **{f"sweep{k}": tr for k, tr in enumerate(sweep)})
     fl, gl = lanes(flow)[0], lanes(gd)[0]
@@ -93,7 +93,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
     sweep_lanes = [lane for tr in sweep for lane in lanes(tr)]
     sweep_t = sweep_lanes[0]["t"]
     if not all(lane["t"].shape == sweep_t.shape for lane in sweep_lanes):
-        raise RuntimeError("bound: sweep lanes did not reach every save point")
+        raise RuntimeError("bound: lanes of the random experiment did not reach every save point")
     sweep_deltas = [sorted_delta(lane["u"][0])[1:] for lane in sweep_lanes]
     verdicts = {
         "flow": ratio_bound(flow),

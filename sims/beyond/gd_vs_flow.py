@@ -14,7 +14,7 @@ Fig. 2's draws (:func:`gradflow.sims.draws.fig2_init`, seed 123, ``n = d = 8``).
   ``big_lrs`` against the flow. Every lr keeps the flow's winner ``argmax u(0)``: from
   ``a(0) = 0`` the top token's ``u`` and ``a`` increments are the largest at every step, for any
   lr, and ``γ ≤ 1`` bounds the gradient (no divergence). ``winner_draws`` random draws of the
-  theory sweep (:func:`gradflow.theory.experiments.logistic_draws`) are checked at ``big_lrs`` too.
+  theory checks' random experiment (:func:`gradflow.theory.experiments.logistic_draws`) are checked at ``big_lrs`` too.
 - (c) Square loss, to flow time ``square_t``, ``lr ∈ square_lrs``: final ``s_i`` per token
   (converged runs) and the runs that diverge (``descend`` status ``nonfinite``), against the
   stability limits ``2/λ_max(∇²L)`` at ``θ(0)`` and at the flow's limit point.

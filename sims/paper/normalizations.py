@@ -11,7 +11,7 @@ logistic teacher (paper appendix), one module (:data:`SQUARE`, :data:`LOGISTIC`)
 Rows: maps; columns ``α_i(t)`` and ``a_i(t)`` (log-x); flow solid, GD markers.
 
 Six maps ``a ↦ α`` (L1 ``|z|/Σ|z|``, signed sum ``z/Σz``, L2 ``z²/Σz²``, softmax, ReLU-normalised,
-element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`gradflow.sims.draws.normalisation_init`:
+element-wise sigmoid), ``n = d = 10``, the authors' draws (:func:`gradflow.sims.draws.normalization_init`:
 every map starts from the same ``(V0, a0)``, ``a0 ≈ 1``). The flow of each map (solid) is drawn
 with GD at the authors' step size (markers, ``t = lr·k``).
 
@@ -36,7 +36,7 @@ from gradflow.sims._common import phases, thin
 from gradflow.sims.paper._runs import flow_status
 from gradflow.sims.grids import flow_times, gd_record
 from gradflow.sims.build import Figure
-from gradflow.sims.draws import normalisation_init
+from gradflow.sims.draws import normalization_init
 
 MAPS = ["l1", "sum", "l2", "softmax", "relu", "sigmoid"]
 LABELS = {
@@ -86,7 +86,7 @@ def compute(cfg: dict, progress: bool = False, with_gd: bool = True) -> dict[str
     ``status`` / ``t_end`` are those of the primary run; ``drawn_status`` / ``drawn_t_end`` /
     ``used_fallback`` those of the run drawn.
     """
-    beta_star, V0, a0 = normalisation_init(cfg["seed"], cfg["n"])
+    beta_star, V0, a0 = normalization_init(cfg["seed"], cfg["n"])
     loss = _loss(cfg, beta_star)
     record = gd_record(cfg["gd_steps"], cfg["gd_snapshots"])
     gd_t = cfg["lr"] * record
