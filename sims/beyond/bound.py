@@ -27,7 +27,7 @@ from gradflow.theory.experiments import lanes, logistic_trials
 from gradflow.theory.polarisation import ratio_bound
 
 from gradflow.sims import style
-from gradflow.sims.beyond._helpers import require_ok
+from gradflow.sims.beyond._helpers import long_run_config, require_ok
 from gradflow.sims.grids import flow_times, gd_record
 from gradflow.sims._common import phases, thin
 from gradflow.sims.draws import fig2_init
@@ -35,19 +35,7 @@ from gradflow.sims.build import Figure
 
 
 def config(quick: bool) -> dict:
-    return {
-        "seed": 123,
-        "n": 8,
-        "t1": 1e30,
-        "flow_points": 300 if quick else 1000,
-        "rtol": 1e-10,
-        "atol": 1e-12,
-        "lr": 0.1,
-        "gd_steps": 20_000 if quick else 1_000_000,
-        "gd_snapshots": 300,
-        "sweep_trials": 4 if quick else 16,
-        "sweep_seed": 0,
-    }
+    return long_run_config(quick, 1000, sweep_trials=4 if quick else 16, sweep_seed=0)
 
 
 def sorted_delta(u0: np.ndarray) -> tuple[np.ndarray, float, float]:

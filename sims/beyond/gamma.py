@@ -28,7 +28,7 @@ from gradflow.theory.polarisation import asymptotic_fits
 from gradflow.theory.square import partial_polarisation
 
 from gradflow.sims import style
-from gradflow.sims.beyond._helpers import require_ok, sci, valid_arrays
+from gradflow.sims.beyond._helpers import long_run_config, require_ok, sci, valid_arrays
 from gradflow.sims.grids import flow_times, gd_record
 from gradflow.sims._common import phases, thin
 from gradflow.sims.draws import fig2_init
@@ -41,21 +41,7 @@ GAMMA_FLOOR = 1e-7
 
 
 def config(quick: bool) -> dict:
-    return {
-        "seed": 123,
-        "n": 8,
-        "rhos": [0.5, 1.0, 2.0],
-        "t1": 1e30,
-        "square_t1": 1e4,
-        "a0_scale": 0.01,
-        "flow_points": 300 if quick else 1000,
-        "rtol": 1e-10,
-        "atol": 1e-12,
-        "lr": 0.1,
-        "gd_steps": 20_000 if quick else 1_000_000,
-        "gd_snapshots": 300,
-        "fit_window": [1e12, 1e30],
-    }
+    return long_run_config(quick, 1000, rhos=[0.5, 1.0, 2.0], square_t1=1e4, a0_scale=0.01, fit_window=[1e12, 1e30])
 
 
 def _square_a0(cfg):

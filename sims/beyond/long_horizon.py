@@ -20,7 +20,7 @@ from gradflow.theory.experiments import lanes
 from gradflow.theory.polarisation import asymptotic_fits
 
 from gradflow.sims import style
-from gradflow.sims.beyond._helpers import one_minus_top, require_ok, valid_arrays
+from gradflow.sims.beyond._helpers import long_run_config, one_minus_top, require_ok, valid_arrays
 from gradflow.sims.grids import flow_times, gd_record
 from gradflow.sims._common import phases, thin
 from gradflow.sims.draws import fig2_init
@@ -31,18 +31,7 @@ PAPER_GD_END = 1e5
 
 
 def config(quick: bool) -> dict:
-    return {
-        "seed": 123,
-        "n": 8,
-        "t1": 1e30,
-        "flow_points": 300 if quick else 1500,
-        "rtol": 1e-10,
-        "atol": 1e-12,
-        "lr": 0.1,
-        "gd_steps": 20_000 if quick else 1_000_000,
-        "gd_snapshots": 300,
-        "fit_window": [1e12, 1e30],
-    }
+    return long_run_config(quick, 1500, fit_window=[1e12, 1e30])
 
 
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
