@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gradflow._errors import GradflowValueError
-from gradflow.sims.sec4.kernels import KERNELS, attention_weights
+from gradflow.sims.sec4.kernels import KERNELS, kernel_weights
 from gradflow.sims.sec4.tasks import group_batch, group_of, induction_batch
 from gradflow.sims.sec4.train import (RunConfig, attack_pairs, bos_share, bos_share_rowwise, group_config,
                                     induction_config, run_name, shares, sparsity, train)
@@ -50,21 +50,21 @@ def _hand(kernel: str, normalise: bool) -> np.ndarray:
 
 @pytest.mark.parametrize("kernel,normalise", VARIANTS)
 def test_kernel_matches_hand_computation_3x3(kernel, normalise):
-    w = attention_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalise, phi=jnp.tanh)
+    w = kernel_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalise, phi=jnp.tanh)
     np.testing.assert_allclose(np.asarray(w), _hand(kernel, normalise), rtol=1e-12, atol=1e-14)
 
 
 def test_kernel_literal_values():
     """Two rows worked out by hand: softmax(0, 1, −1) and the signed normaliser max(|Σ|, 1)."""
-    w = attention_weights(jnp.asarray(L), jnp.asarray(K), "softmax", True)
+    w = kernel_weights(jnp.asarray(L), jnp.asarray(K), "softmax", True)
     e = np.exp(1.0)
     np.testing.assert_allclose(np.asarray(w[0]), [1 / (1 + e + 1 / e), e / (1 + e + 1 / e), (1 / e) / (1 + e + 1 / e)],
                                rtol=1e-12)
-    lin = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "linear", True))
+    lin = np.asarray(kernel_weights(jnp.asarray(L), jnp.asarray(K), "linear", True))
     np.testing.assert_allclose(lin[0], [0.0, 1.0, -1.0])  # Σ = 0 -> divided by 1, unchanged
     np.testing.assert_allclose(lin[1], [2 / 3, 0.0, 1 / 3])  # Σ = 3
     # negative control: the un-normalised sigmoid row is not a distribution
-    sig = np.asarray(attention_weights(jnp.asarray(L), jnp.asarray(K), "sigmoid", False))
+    sig = np.asarray(kernel_weights(jnp.asarray(L), jnp.asarray(K), "sigmoid", False))
     assert abs(sig[0].sum() - 1) > 0.1
 
 
@@ -73,17 +73,17 @@ def test_causal_mask_future_weights_exactly_zero(kernel, normalise):
     rng = np.random.default_rng(0)
     q, k = (jnp.asarray(rng.standard_normal((5, 4)) * 3) for _ in range(2))
     phi = lambda x: jnp.tanh(x) + 0.5  # noqa: E731
-    w = np.asarray(attention_weights(q, k, kernel, normalise, causal=True, phi=phi))
+    w = np.asarray(kernel_weights(q, k, kernel, normalise, causal=True, phi=phi))
     assert np.all(w[np.triu_indices(5, 1)] == 0.0)
     # each causal row equals the row computed from its prefix alone (a second formulation)
     for i in range(5):
-        row = attention_weights(q[i:i + 1], k[:i + 1], kernel, normalise, phi=phi)
+        row = kernel_weights(q[i:i + 1], k[:i + 1], kernel, normalise, phi=phi)
         np.testing.assert_allclose(w[i, :i + 1], np.asarray(row[0]), rtol=1e-12, atol=1e-15)
     # future keys get exactly zero gradient
-    grad = jax.grad(lambda kk: jnp.sum(attention_weights(q, kk, kernel, normalise, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
+    grad = jax.grad(lambda kk: jnp.sum(kernel_weights(q, kk, kernel, normalise, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
     assert np.all(np.asarray(grad)[3:] == 0.0) and np.any(np.asarray(grad)[:3] != 0.0)
     # negative control: without the mask the upper triangle is not zero
-    w_full = np.asarray(attention_weights(q, k, kernel, normalise, causal=False, phi=phi))
+    w_full = np.asarray(kernel_weights(q, k, kernel, normalise, causal=False, phi=phi))
     assert np.any(w_full[np.triu_indices(5, 1)] != 0.0)
 
 
@@ -91,7 +91,7 @@ def test_masked_logit_is_dtype_min_in_float32():
     """float32 path: masked entries exactly 0 and rows finite even with huge logits."""
     q = jnp.full((3, 2), 100.0, jnp.float32)
     for kernel in ("softmax", "sigmoid", "elu"):
-        w = attention_weights(q, q, kernel, kernel == "softmax", causal=True)
+        w = kernel_weights(q, q, kernel, kernel == "softmax", causal=True)
         assert w.dtype == jnp.float32 and bool(jnp.all(jnp.isfinite(w)))
         assert float(w[0, 1]) == 0.0 and float(w[0, 2]) == 0.0
 
@@ -102,7 +102,7 @@ def test_masked_logit_is_dtype_min_in_float32():
 def test_kernel_bad_arguments(args, match):
     q = jnp.ones((3, 2))
     with pytest.raises(GradflowValueError, match=match):
-        attention_weights(q, q, *args)
+        kernel_weights(q, q, *args)
 
 
 def _valid_induction(seq, vocab, n, shift):
@@ -539,7 +539,7 @@ def test_normalised_logit_kernels_have_finite_gradients_where_terms_underflow(ke
     def loss(q, fn):
         return jnp.sum(fn(q) * jnp.arange(3.0))
 
-    ours = lambda q: attention_weights(q, k, kernel, True)
+    ours = lambda q: kernel_weights(q, k, kernel, True)
     g = (lambda z: jax.nn.sigmoid(z)) if kernel == "sigmoid" else (lambda z: jax.nn.elu(z) + 1)
     plain = lambda q: (lambda w: w / jnp.maximum(w.sum(-1, keepdims=True), jnp.finfo(jnp.float32).tiny))(g(q @ k.T / 2))
     w = ours(q)

@@ -121,14 +121,16 @@ def softmax_entropy(scores: Float[Array, "... n"], temperature: float = 1.0) -> 
     return _softmax_entropy(a, t)
 
 
-def causal_mask(n: int) -> jax.Array:
-    """Boolean ``(n, n)`` mask, ``True`` where query ``i`` may attend to key ``j`` (``j <= i``).
+def causal_mask(n: int, t_k: int | None = None) -> jax.Array:
+    """Boolean ``(n, t_k)`` mask (``t_k`` defaults to ``n``), ``True`` where query ``i`` may attend
+    to key ``j`` (``j <= i``): lower-triangular including the diagonal. The one causal mask of
+    ``gradflow.sims`` (the Sec. 4 kernels use it too).
 
-    Lower-triangular including the diagonal (causal mask).
-    **Raises:** :class:`gradflow.GradflowValueError` if ``n`` is not an integer ``>= 1``.
+    **Raises:** :class:`gradflow.GradflowValueError` if ``n`` or ``t_k`` is not an integer ``>= 1``.
     """
     n = _check_int("n", n, 1)
-    return jnp.tril(jnp.ones((n, n), dtype=bool))
+    t_k = n if t_k is None else _check_int("t_k", t_k, 1)
+    return jnp.arange(t_k)[None, :] <= jnp.arange(n)[:, None]
 
 
 def attention_weights(

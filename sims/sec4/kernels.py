@@ -37,8 +37,9 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from gradflow.internal import bad_arg
+from gradflow.sims.basics.attention_basics import causal_mask
 
-__all__ = ["KERNELS", "SIGNED", "LOGIT_KERNELS", "attention_weights", "causal_mask", "check_kernel"]
+__all__ = ["KERNELS", "SIGNED", "LOGIT_KERNELS", "kernel_weights", "check_kernel"]
 
 KERNELS = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 """Kernel names (paper Table 1)."""
@@ -60,11 +61,6 @@ def check_kernel(kernel: str, normalise: bool) -> None:
         raise bad_arg("normalise", normalise, "True for kernel 'softmax' (softmax is always normalised)")
 
 
-def causal_mask(t_q: int, t_k: int) -> Array:
-    """Boolean ``(t_q, t_k)`` mask, True where key ``j <= i`` is visible to query ``i``."""
-    return jnp.arange(t_k)[None, :] <= jnp.arange(t_q)[:, None]
-
-
 def _log_score(logits, kernel: str):
     """``log g`` of the logit kernels: ``log σ(z) = −softplus(−z)``; ``log(elu(z) + 1)`` is ``z``
     for ``z ≤ 0`` and ``log1p(z)`` above. Finite wherever ``z`` is (``g`` itself underflows to
@@ -75,7 +71,7 @@ def _log_score(logits, kernel: str):
     return jnp.where(logits > 0, jnp.log1p(jnp.maximum(logits, 0)), logits)
 
 
-def attention_weights(
+def kernel_weights(
     q: Float[Array, "Tq dh"],
     k: Float[Array, "Tk dh"],
     kernel: str,

@@ -21,7 +21,7 @@ from jaxtyping import Array, Float, Int
 
 from gradflow.internal import bad_arg
 
-from gradflow.sims.sec4.kernels import attention_weights, check_kernel
+from gradflow.sims.sec4.kernels import check_kernel, kernel_weights
 
 __all__ = ["Attention", "Block", "Transformer", "init_transformer", "POSITIONS"]
 
@@ -32,7 +32,7 @@ POSITIONS = ("add", "concat", "none")
 
 
 class Attention(eqx.Module):
-    """Multi-head attention with one of the Table 1 kernels (``kernels.attention_weights``).
+    """Multi-head attention with one of the Table 1 kernels (``kernels.kernel_weights``).
 
     ``__call__(x (T, D)) -> (out (T, D), weights (H, T, T))``. The ``mlp`` kernel owns one
     feature map ``φ``: a 2-layer GELU MLP ``d_h -> 4 d_h -> d_h`` with biases, shared by queries
@@ -71,7 +71,7 @@ class Attention(eqx.Module):
             return jax.vmap(lin)(x).reshape(T, H, D // H).transpose(1, 0, 2)
 
         q, k, v = heads(self.wq), heads(self.wk), heads(self.wv)
-        w = jax.vmap(lambda qh, kh: attention_weights(qh, kh, self.kernel, self.normalise,
+        w = jax.vmap(lambda qh, kh: kernel_weights(qh, kh, self.kernel, self.normalise,
                                                       causal=self.causal, phi=self.phi))(q, k)
         out = jnp.einsum("hqk,hkd->qhd", w, v).reshape(T, D)
         return jax.vmap(self.wo)(out), w
