@@ -39,7 +39,7 @@ FIGURE = Figure(title="test figure that hangs mid-write", config=lambda quick: {
 DRIVER = '''
 import sys
 sys.path.insert(0, sys.argv[1])
-from gradflow.sims import build as _registry
+from gradflow.sims import registry as _registry
 _registry.FIGURES["blocker"] = "blocker_fig"
 from gradflow import cli
 sys.exit(cli.main(["figures", "softmax-temperature", "blocker", "--quick", "--no-progress", "--out", sys.argv[2]]))
