@@ -29,7 +29,8 @@ import optimistix as optx
 
 from .._errors import bad_arg
 from .._validate import check_positive, check_positive_int, check_times
-from .rosenbrock import Rodas4
+from . import rosenbrock
+from .rosenbrock import HoldStep, Rodas4, Ros34pw2
 from .stiff import stiffness_ratio
 
 __all__ = [
@@ -63,7 +64,7 @@ _MESSAGES = {
     "solver_failed": "another solver failure (e.g. the implicit solver's Newton iteration)",
 }
 
-SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4")
+SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2")
 """Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for flows without a
 finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
 minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
@@ -184,6 +185,8 @@ def make_solver(name: str, rtol=None, atol=None):
         return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol, cauchy_termination=False))
     if name == "rodas4":
         return Rodas4()
+    if name == "ros34pw2":
+        return Ros34pw2()
     raise AssertionError(name)  # resolve_solver validated the name
 
 
@@ -191,6 +194,8 @@ def _controller(name, rtol, atol, dtmin):
     stall = dict(dtmin=dtmin, force_dtmin=False)
     if name in ("kvaerno5", "rodas4"):
         return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
+    if name == "ros34pw2":  # hold the step size while it would barely grow: its LU is reused
+        return HoldStep(diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall), rosenbrock.HOLD_MAX)
     return diffrax.PIDController(rtol=rtol, atol=atol, **stall)
 
 
