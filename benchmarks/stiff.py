@@ -124,15 +124,27 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
             np.asarray(traj.a)
             return traj
 
+        def lsoda(r=rtol, a=atol, threads=1):
+            limit = threadpoolctl.threadpool_limits(threads, user_api="blas") if threads else contextlib.nullcontext()
+            with limit:
+                start = time.perf_counter()
+                out = scipy_square(W0, a0, X, y, ts, "LSODA", r, a)
+                return time.perf_counter() - start, out
+
         first = None
         for name in implicit:
             with _implicit_phase(name):
                 start = time.perf_counter()
                 run()
                 cold = time.perf_counter() - start
-                t, traj = timed(run, repeats)
-            g = dict(kappa=kappa, method=f"gradflow auto ({name})", time_s=t, cold_s=cold, steps=int(traj.num_steps),
-                     status=traj.status, error=_error(traj.V, traj.a, Vr, ar))
+                # gradflow and LSODA interleaved: the ratio is the median of per-pair ratios, robust
+                # to the load of a shared machine drifting during the run
+                pairs = [(timed(run, 1), lsoda()) for _ in range(repeats)]
+            traj = pairs[-1][0][1]
+            g = dict(kappa=kappa, method=f"gradflow auto ({name})", time_s=float(np.median([p[0][0] for p in pairs])),
+                     cold_s=cold, steps=int(traj.num_steps), status=traj.status, error=_error(traj.V, traj.a, Vr, ar),
+                     lsoda_s=float(np.median([p[1][0] for p in pairs])),
+                     lsoda_ratio=float(np.median([p[1][0] / p[0][0] for p in pairs])))
             rows.append(g)
             first = first or g
         scipy_runs = [(m, rtol, 1) for m in methods] + [("LSODA", rtol, None)] + [("LSODA", r, 1) for r in lsoda_rtols]
@@ -143,6 +155,8 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
                 start = time.perf_counter()
                 V, a, nfev, njev = scipy_square(W0, a0, X, y, ts, m, r, r / 100 if r != rtol else atol)
                 t = time.perf_counter() - start
+            if m == "LSODA" and r == rtol and threads:
+                t = first["lsoda_s"]  # the median of the interleaved runs
             label = f"SciPy {m}" + ("" if r == rtol else f" rtol {r:g}") + ("" if threads else " (default BLAS threads)")
             rows.append(dict(kappa=kappa, method=label, rtol=r, time_s=t, nfev=nfev, njev=njev,
                              error=_error(V, a, Vr, ar), ratio=t / first["time_s"]))
@@ -234,7 +248,7 @@ def bench(q, R, d=None) -> dict:
     d = q(20, 4) if d is None else d
     square = bench_square(q([1, 2, 5, 20, 50], [2, 20]), d, q(1e6, 1e3), 1e-8, 1e-10, R(3))
     kinked = bench_kinked(["l1", "relu", "sparsemax"], q(5e4, 50.0), 1e-8, 1e-10)
-    costs = step_costs(d, 20.0, q(50, 3))
+    costs = step_costs(d, 20.0, 50) if q(True, False) else None  # a dozen compiles: not in a smoke run
     return dict(square=square, kinked=kinked, costs=costs, d=d, t1=q(1e6, 1e3))
 
 
@@ -260,13 +274,15 @@ def report(res: dict | None) -> str:
          "gradflow `simulate` with `solver=\"auto\"` (Dopri8 in rounds of 64 steps with stiffness detection, "
          "then the implicit phase: Rodas4, the default, or ROS34PW2 with Jacobian reuse) vs SciPy `solve_ivp` on the "
          "same log-time system (one BLAS thread, as gradflow's implicit phase; one LSODA row with the default "
-         "threads). Error: max |Δ(V, a)| over 14 save points against Radau at rtol 1e-12. Ratio: SciPy time / "
-         "time of the first gradflow row (warm median).", "",
+         "threads). Error: max |Δ(V, a)| over 14 save points against Radau at rtol 1e-12. gradflow rows: warm, "
+         "each run paired with a LSODA run (rtol 1e-8) right after it; time the median over the pairs, ratio the "
+         "median of the per-pair ratios LSODA/gradflow. SciPy rows: ratio = SciPy time / time of the first "
+         "gradflow row (LSODA at rtol 1e-8: the median of its paired runs; the others single runs).", "",
          "| κ | method | time (s) | steps / nfev (njev) | error | ratio |", "|---|---|---|---|---|---|"]
     for r in res["square"]:
         if r["method"].startswith("gradflow"):
             L.append(f"| {r['kappa']:g} | {r['method']} ({r['status']}; cold {r['cold_s']:.1f} s) | {r['time_s']:.3f} | "
-                     f"{r['steps']} steps | {r['error']:.1e} | – |")
+                     f"{r['steps']} steps | {r['error']:.1e} | LSODA/this {r['lsoda_ratio']:.2f}× |")
         else:
             L.append(f"| {r['kappa']:g} | {r['method']} | {r['time_s']:.3f} | {r['nfev']} ({r['njev']}) | "
                      f"{r['error']:.1e} | {r['ratio']:.2f}× |")
@@ -289,3 +305,39 @@ def report(res: dict | None) -> str:
         L.append(f"| {r['map']} | {r['status']} | {r['steps']} | {r['t_end']:.4g} | {r['time_s']:.3f} |")
     L.append("")
     return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.stiff``: this section alone at full size, written to ``--out``."""
+    import argparse
+    import datetime
+    import json
+    import platform
+
+    from gradflow.trajectory import atomic_write
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.stiff", description=main.__doc__)
+    p.add_argument("--d", type=int, default=20, help="size of the square family (default 20: 421 states)")
+    p.add_argument("--kappas", default="1,2,5,20,50", help="comma-separated condition numbers")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved gradflow/LSODA pairs per run")
+    p.add_argument("--ref-dir", default=None, help="folder caching the Radau references (minutes per draw)")
+    p.add_argument("--out", default=None, help="Markdown report (default benchmarks/STIFF_d<d>.md)")
+    args = p.parse_args(argv)
+    out = args.out or os.path.join(os.path.dirname(__file__), f"STIFF_d{args.d}.md")
+    start = time.perf_counter()
+    res = dict(square=bench_square([float(k) for k in args.kappas.split(",")], args.d, 1e6, 1e-8, 1e-10,
+                                   args.repeats, ref_dir=args.ref_dir), d=args.d, t1=1e6)
+    res["costs"] = step_costs(args.d, 20.0, 50)
+    res["kinked"] = bench_kinked(["l1", "relu", "sparsemax"], 5e4, 1e-8, 1e-10)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    head = (f"# `python -m benchmarks.stiff --d {args.d}` ({datetime.date.today()}, {platform.machine()}, "
+            f"{os.cpu_count()} cores, load average {load:.1f} at the end; {time.perf_counter() - start:.0f} s)\n")
+    text = head + report(res)
+    atomic_write(out, lambda f: f.write(text.encode()))
+    atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -73,8 +73,11 @@ number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each r
 steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
 lane to ``rodas4`` (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
 :mod:`gradflow._engine.rosenbrock`), and back to ``dopri8`` when the implicit steps get small
-(:mod:`gradflow._engine.stiff`). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a
-fresh Jacobian per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs."""
+(:mod:`gradflow._engine.stiff`). ``ros34pw2``: a Rosenbrock–W method (order 3, L-stable) that
+reuses its Jacobian and ``(I/(hγ) − J)⁻¹`` while its step size is held (fewer Jacobians, ~3× the
+steps of ``rodas4``). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
+per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs. Implicit
+solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`)."""
 
 
 @dataclasses.dataclass(frozen=True)
