@@ -1,10 +1,10 @@
 """Rosenbrock solvers for diffrax, for the stiff phase of ``solver="auto"``:
 
-- :class:`Ros34pw2` (``solver="ros34pw2"``, the implicit phase of ``auto``): a Rosenbrock–W
-  method of order 3 that reuses its Jacobian and ``(I/(hγ) − J)⁻¹`` over many steps, with the
-  step-size hold of :class:`HoldStep`;
-- :class:`Rodas4` (``solver="rodas4"``): order 4, a fresh Jacobian and LU factorisation every
-  step.
+- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto``): order 4, a fresh
+  Jacobian and LU factorisation every step;
+- :class:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
+  Jacobian and ``(I/(hγ) − J)⁻¹`` over many steps, with the step-size hold of :class:`HoldStep`
+  (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).
 
 Why not diffrax's own implicit solvers: diffrax 0.7.2 has no Rosenbrock method, and its
 implicit Runge–Kutta methods (``Kvaerno5`` etc.) solve every stage with an ``optimistix`` root
@@ -112,7 +112,8 @@ class Rodas4(diffrax.AbstractAdaptiveSolver):
         return terms.vf(t0, y0, args)
 
 
-# ROS34PW2 (Rang & Angermann, BIT 45 (2005) 761–787, Table 4.2), in its published form
+# ROS34PW2 (J. Rang, L. Angermann, "New Rosenbrock W-methods of order 3 for partial
+# differential algebraic equations of index 1", BIT 45 (2005) 761–787), in its published form
 #   (I − hγJ) k_i = h f(y0 + Σ α_ij k_j) + hJ Σ_{j<i} γ_ij k_j,   y1 = y0 + Σ b_i k_i,
 # transformed once here to the form used below (Hairer & Wanner 1996, Sec. IV.7, Eq. 7.25).
 _W_GAMMA = 0.435866521508459
