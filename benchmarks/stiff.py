@@ -3,10 +3,18 @@
 - **Stiff family**: the conditioning draws of the paper's Figs. 3/12 (square loss with design,
   ``Σ(y − X W s)²``, ``X`` with singular values ``linspace(1, 1/κ, d)``, seed 123 per κ),
   ``d = m = 20`` (421 states with Γ), ``t1 = 1e6``, ``rtol 1e-8``, ``atol 1e-10``. gradflow
-  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then Rodas4) against SciPy
-  ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field of
-  ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is. The error of every run is the largest absolute deviation of ``(V, a)``
+  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase: Rodas4,
+  the default, and the Rosenbrock–W method ROS34PW2 with Jacobian reuse, one row each) against
+  SciPy ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field
+  of ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is; LSODA also at
+  tighter tolerances, for the ratio *at equal accuracy* (the cheapest LSODA run at least as
+  accurate as gradflow's). The error of every run is the largest absolute deviation of ``(V, a)``
   over the save points from a tight reference (Radau, ``rtol 1e-12``, ``atol 1e-14``).
+  SciPy runs with one BLAS thread, as gradflow's implicit phase does
+  (``gradflow.internal.engine_stiff.blas_threads``); one LSODA row with the default BLAS threads.
+- **Per-step costs** at ``d = 20`` (:func:`step_costs`): a field evaluation, a Jacobian–vector
+  product, ``jacfwd``, an LU factorisation, an inverse, a solve with the LU factors, a product
+  with ``W⁻¹``, and whole implicit steps (Rodas4; ROS34PW2 fresh and reused).
 - **Kinked maps**: the norm-logistic figure's setting (``n = d = 10``, seed 42, logistic
   teacher, ``t1 = 5e4``) with the L1, ReLU-normalised and sparsemax maps under ``auto``.
 
@@ -16,17 +24,21 @@ SciPy times are single runs. ``--quick``: ``d = 4``, two κ, ``t1 = 1e3`` (numbe
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import numpy as np
+import threadpoolctl
 from scipy.integrate import solve_ivp
 
 import gradflow
 from benchmarks._timing import timed
+from gradflow.internal import engine_stiff as _stiff
 from gradflow.sims.draws import conditioning_init, normalization_init
 from benchmarks import reference as ref
 
-__all__ = ["bench", "report", "scipy_square", "square_reference"]
+__all__ = ["bench", "report", "scipy_square", "square_reference", "step_costs"]
 
 
 REST_ULPS = 1024
@@ -63,9 +75,17 @@ def scipy_square(W0, a0, X, y, ts, method, rtol, atol):
     return Y[:, : d * n].reshape(-1, d, n), Y[:, d * n: d * n + n], int(sol.nfev), int(sol.njev)
 
 
-def square_reference(W0, a0, X, y, ts):
-    """The tight reference: Radau at ``rtol 1e-12``, ``atol 1e-14``; ``(V, a)`` at ``ts``."""
+def square_reference(W0, a0, X, y, ts, cache=None):
+    """The tight reference: Radau at ``rtol 1e-12``, ``atol 1e-14``; ``(V, a)`` at ``ts``.
+    ``cache``: an ``.npz`` path; read if it exists and holds these ``ts`` and initial state,
+    else computed and written (minutes per draw at ``d = 20``)."""
+    if cache is not None and os.path.exists(cache):
+        z = np.load(cache)
+        if np.array_equal(z["ts"], ts) and np.array_equal(z["V"][0], W0) and np.array_equal(z["a"][0], a0):
+            return z["V"], z["a"]
     V, a, _, _ = scipy_square(W0, a0, X, y, ts, "Radau", 1e-12, 1e-14)
+    if cache is not None:
+        np.savez(cache, ts=ts, V=V, a=a)
     return V, a
 
 
@@ -73,17 +93,30 @@ def _error(V, a, Vr, ar):
     return float(max(np.max(np.abs(np.asarray(V) - Vr)), np.max(np.abs(np.asarray(a) - ar))))
 
 
+@contextlib.contextmanager
+def _implicit_phase(name):
+    """``auto``'s implicit solver set to ``name`` for the enclosed runs (restored on exit)."""
+    old, _stiff.IMPLICIT = _stiff.IMPLICIT, name
+    try:
+        yield
+    finally:
+        _stiff.IMPLICIT = old
 
 
-def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau")) -> list[dict]:
-    """One row per (κ, method): time, steps (gradflow) or field/Jacobian evaluations (SciPy), error."""
+def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau"),
+                 implicit=("rodas4", "ros34pw2"), lsoda_rtols=(1e-9, 1e-10), ref_dir=None) -> list[dict]:
+    """One row per (κ, method): time, steps (gradflow) or field/Jacobian evaluations (SciPy), error.
+    gradflow: one row per implicit phase of ``auto`` in ``implicit``; SciPy: ``methods`` at
+    ``rtol`` (one BLAS thread), LSODA with the default BLAS threads, LSODA at ``lsoda_rtols``
+    (``atol = rtol/100``). ``ref_dir``: where to cache the references (:func:`square_reference`)."""
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, 13)])
     rows = []
     for kappa in kappas:
         W0, a0, X, y = conditioning_init(kappa, 123, d)
         loss = gradflow.SquareLoss(y, design=X, scale=1.0)
         start = time.perf_counter()
-        Vr, ar = square_reference(W0, a0, X, y, ts)
+        cache = None if ref_dir is None else os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")
+        Vr, ar = square_reference(W0, a0, X, y, ts, cache)
         print(f"benchmarks: stiff κ={kappa:g}: reference in {time.perf_counter() - start:.0f} s", flush=True)
 
         def run():
@@ -91,22 +124,109 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
             np.asarray(traj.a)
             return traj
 
-        start = time.perf_counter()
-        run()
-        cold = time.perf_counter() - start
-        t, traj = timed(run, repeats)
-        g = dict(kappa=kappa, method="gradflow auto", time_s=t, cold_s=cold, steps=int(traj.num_steps),
-                 status=traj.status, error=_error(traj.V, traj.a, Vr, ar))
-        rows.append(g)
-        for m in methods:
-            start = time.perf_counter()
-            V, a, nfev, njev = scipy_square(W0, a0, X, y, ts, m, rtol, atol)
-            t = time.perf_counter() - start
-            rows.append(dict(kappa=kappa, method=f"SciPy {m}", time_s=t, nfev=nfev, njev=njev,
-                             error=_error(V, a, Vr, ar), ratio=t / g["time_s"]))
+        def lsoda(r=rtol, a=atol, threads=1):
+            limit = threadpoolctl.threadpool_limits(threads, user_api="blas") if threads else contextlib.nullcontext()
+            with limit:
+                start = time.perf_counter()
+                out = scipy_square(W0, a0, X, y, ts, "LSODA", r, a)
+                return time.perf_counter() - start, out
+
+        first = None
+        for name in implicit:
+            with _implicit_phase(name):
+                start = time.perf_counter()
+                run()
+                cold = time.perf_counter() - start
+                # gradflow and LSODA interleaved: the ratio is the median of per-pair ratios, robust
+                # to the load of a shared machine drifting during the run
+                pairs = [(timed(run, 1), lsoda()) for _ in range(repeats)]
+            traj = pairs[-1][0][1]
+            g = dict(kappa=kappa, method=f"gradflow auto ({name})", time_s=float(np.median([p[0][0] for p in pairs])),
+                     cold_s=cold, steps=int(traj.num_steps), status=traj.status, error=_error(traj.V, traj.a, Vr, ar),
+                     lsoda_s=float(np.median([p[1][0] for p in pairs])),
+                     lsoda_ratio=float(np.median([p[1][0] / p[0][0] for p in pairs])))
+            rows.append(g)
+            first = first or g
+        scipy_runs = [(m, rtol, 1) for m in methods] + [("LSODA", rtol, None)] + [("LSODA", r, 1) for r in lsoda_rtols]
+        for m, r, threads in scipy_runs:
+            limit = (threadpoolctl.threadpool_limits(threads, user_api="blas") if threads
+                     else contextlib.nullcontext())
+            with limit:
+                start = time.perf_counter()
+                V, a, nfev, njev = scipy_square(W0, a0, X, y, ts, m, r, r / 100 if r != rtol else atol)
+                t = time.perf_counter() - start
+            if m == "LSODA" and r == rtol and threads:
+                t = first["lsoda_s"]  # the median of the interleaved runs
+            label = f"SciPy {m}" + ("" if r == rtol else f" rtol {r:g}") + ("" if threads else " (default BLAS threads)")
+            rows.append(dict(kappa=kappa, method=label, rtol=r, time_s=t, nfev=nfev, njev=njev,
+                             error=_error(V, a, Vr, ar), ratio=t / first["time_s"]))
         print(f"benchmarks: stiff κ={kappa:g}: " + ", ".join(
             f"{r['method']} {r['time_s']:.2f} s" for r in rows if r["kappa"] == kappa), flush=True)
     return rows
+
+
+def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
+    """Milliseconds per operation on the log-time field of the conditioning draw ``(d, κ)`` at
+    ``t = 1e3`` (one BLAS thread, inside one compiled loop of ``repeats`` iterations)."""
+    import jax
+    import jax.numpy as jnp
+    import jax.scipy.linalg as jsl
+    import diffrax
+    from jax.flatten_util import ravel_pytree
+
+    from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
+    from gradflow.models import prepare
+    from gradflow.simulate import value_softmax_flow
+
+    W0, a0, X, y = conditioning_init(kappa, 123, d)
+    loss = gradflow.SquareLoss(y, design=X, scale=1.0)
+    mdl, V, a = prepare(loss, W0, a0, "value-softmax", "softmax", 1.0, batch=False)
+    flow = value_softmax_flow(loss)
+    y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
+    flat0, unravel = ravel_pytree(y0)
+    n, tau = flat0.size, float(np.log1p(1e3))
+    args = (flow, (mdl, loss), 1e-8, 1e-10)
+    f = lambda x: ravel_pytree(solve._log_time_rhs(tau, unravel(x), args))[0]
+    W = jnp.eye(n) / (0.01 * 0.25) - jax.jacfwd(f)(flat0)
+    lu, W_inv = jsl.lu_factor(W), jnp.linalg.inv(W)
+    term = diffrax.ODETerm(solve._log_time_rhs)
+
+    def per_call(body, x0, k=repeats):
+        g = jax.jit(lambda x: jax.lax.fori_loop(0, k, lambda i, x: body(x), x))
+        jax.block_until_ready(g(x0))
+        start = time.perf_counter()
+        jax.block_until_ready(g(x0))
+        return (time.perf_counter() - start) / k * 1e3
+
+    def steps(solver, dt, k=repeats):
+        def body(carry):
+            yy, st, t0 = carry
+            y1, _, _, st, _ = solver.step(term, t0, t0 + dt, yy, args, st, False)
+            return y1, st, t0 + dt
+        st0 = solver.init(term, tau, tau + dt, y0, args)
+        return per_call(body, (y0, st0, jnp.asarray(tau)), k)
+
+    small = lambda fn: (lambda x: x + 1e-12 * fn(x))
+    with threadpoolctl.threadpool_limits(1, user_api="blas"):
+        out = dict(n=n, d=d, kappa=kappa,
+                   field=per_call(small(f), flat0),
+                   jvp=per_call(small(lambda x: jax.jvp(f, (flat0,), (x,))[1]), flat0),
+                   jacfwd=per_call(small(lambda x: jax.jacfwd(f)(x)[0]), flat0),
+                   lu_factor=per_call(lambda M: M + 1e-12 * jsl.lu_factor(M)[0], W, 10),
+                   inverse=per_call(lambda M: M + 1e-12 * jnp.linalg.inv(M), W, 10),
+                   lu_solve=per_call(lambda x: jsl.lu_solve(lu, x), flat0),
+                   inverse_matvec=per_call(lambda x: W_inv @ x, flat0),
+                   rodas4_step=steps(rosenbrock.Rodas4(), 1e-3),
+                   ros34pw2_fresh_step=None, ros34pw2_reused_step=None)
+        old = rosenbrock.MAX_AGE
+        try:
+            rosenbrock.MAX_AGE = 0  # every step fresh
+            out["ros34pw2_fresh_step"] = steps(rosenbrock.Ros34pw2(), 1e-3)
+            rosenbrock.MAX_AGE = 10 ** 9  # one matrix for every step of the loop
+            out["ros34pw2_reused_step"] = steps(rosenbrock.Ros34pw2(), 1e-3)
+        finally:
+            rosenbrock.MAX_AGE = old
+    return out
 
 
 def bench_kinked(maps, t1, rtol, atol) -> list[dict]:
@@ -128,7 +248,21 @@ def bench(q, R, d=None) -> dict:
     d = q(20, 4) if d is None else d
     square = bench_square(q([1, 2, 5, 20, 50], [2, 20]), d, q(1e6, 1e3), 1e-8, 1e-10, R(3))
     kinked = bench_kinked(["l1", "relu", "sparsemax"], q(5e4, 50.0), 1e-8, 1e-10)
-    return dict(square=square, kinked=kinked, d=d, t1=q(1e6, 1e3))
+    costs = step_costs(d, 20.0, 50) if q(True, False) else None  # a dozen compiles: not in a smoke run
+    return dict(square=square, kinked=kinked, costs=costs, d=d, t1=q(1e6, 1e3))
+
+
+def equal_accuracy(rows) -> list[dict]:
+    """Per (κ, gradflow row): the cheapest SciPy LSODA run (one BLAS thread, any tolerance) whose
+    error is at most gradflow's, and the time ratio; ``lsoda = None`` if no LSODA run got there."""
+    out = []
+    for g in (r for r in rows if r["method"].startswith("gradflow")):
+        cands = [r for r in rows if r["kappa"] == g["kappa"] and r["method"].startswith("SciPy LSODA")
+                 and "default" not in r["method"] and r["error"] <= g["error"]]
+        best = min(cands, key=lambda r: r["time_s"]) if cands else None
+        out.append(dict(kappa=g["kappa"], method=g["method"], lsoda=best and best["method"],
+                        ratio=best and best["time_s"] / g["time_s"]))
+    return out
 
 
 def report(res: dict | None) -> str:
@@ -138,19 +272,72 @@ def report(res: dict | None) -> str:
     L = ["", f"## Stiff flows: square loss with design (Figs. 3/12 draws, d = m = {res['d']}, t1 = {res['t1']:g}, "
              "rtol 1e-8, atol 1e-10)", "",
          "gradflow `simulate` with `solver=\"auto\"` (Dopri8 in rounds of 64 steps with stiffness detection, "
-         "then Rodas4) vs SciPy `solve_ivp` on the same log-time system. Error: max |Δ(V, a)| over 14 save points "
-         "against Radau at rtol 1e-12. Ratio: SciPy time / gradflow time (warm median).", "",
+         "then the implicit phase: Rodas4, the default, or ROS34PW2 with Jacobian reuse) vs SciPy `solve_ivp` on the "
+         "same log-time system (one BLAS thread, as gradflow's implicit phase; one LSODA row with the default "
+         "threads). Error: max |Δ(V, a)| over 14 save points against Radau at rtol 1e-12. gradflow rows: warm, "
+         "each run paired with a LSODA run (rtol 1e-8) right after it; time the median over the pairs, ratio the "
+         "median of the per-pair ratios LSODA/gradflow. SciPy rows: ratio = SciPy time / time of the first "
+         "gradflow row (LSODA at rtol 1e-8: the median of its paired runs; the others single runs).", "",
          "| κ | method | time (s) | steps / nfev (njev) | error | ratio |", "|---|---|---|---|---|---|"]
     for r in res["square"]:
         if r["method"].startswith("gradflow"):
             L.append(f"| {r['kappa']:g} | {r['method']} ({r['status']}; cold {r['cold_s']:.1f} s) | {r['time_s']:.3f} | "
-                     f"{r['steps']} steps | {r['error']:.1e} | 1 |")
+                     f"{r['steps']} steps | {r['error']:.1e} | LSODA/this {r['lsoda_ratio']:.2f}× |")
         else:
             L.append(f"| {r['kappa']:g} | {r['method']} | {r['time_s']:.3f} | {r['nfev']} ({r['njev']}) | "
                      f"{r['error']:.1e} | {r['ratio']:.2f}× |")
+    L += ["", "At equal accuracy: the cheapest LSODA run (rtol 1e-8, 1e-9 or 1e-10, one BLAS thread) whose error is "
+              "at most gradflow's, and its time over gradflow's.", "",
+          "| κ | gradflow | LSODA run | ratio |", "|---|---|---|---|"]
+    for e in equal_accuracy(res["square"]):
+        L.append(f"| {e['kappa']:g} | {e['method']} | {e['lsoda'] or 'none as accurate'} | "
+                 + (f"{e['ratio']:.2f}× |" if e["ratio"] else "– |"))
+    c = res.get("costs")
+    if c:
+        L += ["", f"## Per-step costs (d = {c['d']}: {c['n']} states, κ = {c['kappa']:g}, one BLAS thread; ms)", "",
+              "| operation | ms |", "|---|---|"]
+        for k in ("field", "jvp", "jacfwd", "lu_factor", "inverse", "lu_solve", "inverse_matvec", "rodas4_step",
+                  "ros34pw2_fresh_step", "ros34pw2_reused_step"):
+            L.append(f"| {k} | {c[k]:.3f} |")
     L += ["", "## Kinked maps under `auto` (norm-logistic setting, n = d = 10, seed 42)", "",
           "| map | status | steps | t_end | time (s) |", "|---|---|---|---|---|"]
     for r in res["kinked"]:
         L.append(f"| {r['map']} | {r['status']} | {r['steps']} | {r['t_end']:.4g} | {r['time_s']:.3f} |")
     L.append("")
     return "\n".join(L)
+
+
+def main(argv=None) -> int:
+    """``python -m benchmarks.stiff``: this section alone at full size, written to ``--out``."""
+    import argparse
+    import datetime
+    import json
+    import platform
+
+    from gradflow.io import atomic_write
+
+    p = argparse.ArgumentParser(prog="python -m benchmarks.stiff", description=main.__doc__)
+    p.add_argument("--d", type=int, default=20, help="size of the square family (default 20: 421 states)")
+    p.add_argument("--kappas", default="1,2,5,20,50", help="comma-separated condition numbers")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved gradflow/LSODA pairs per run")
+    p.add_argument("--ref-dir", default=None, help="folder caching the Radau references (minutes per draw)")
+    p.add_argument("--out", default=None, help="Markdown report (default benchmarks/STIFF_d<d>.md)")
+    args = p.parse_args(argv)
+    out = args.out or os.path.join(os.path.dirname(__file__), f"STIFF_d{args.d}.md")
+    start = time.perf_counter()
+    res = dict(square=bench_square([float(k) for k in args.kappas.split(",")], args.d, 1e6, 1e-8, 1e-10,
+                                   args.repeats, ref_dir=args.ref_dir), d=args.d, t1=1e6)
+    res["costs"] = step_costs(args.d, 20.0, 50)
+    res["kinked"] = bench_kinked(["l1", "relu", "sparsemax"], 5e4, 1e-8, 1e-10)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    head = (f"# `python -m benchmarks.stiff --d {args.d}` ({datetime.date.today()}, {platform.machine()}, "
+            f"{os.cpu_count()} cores, load average {load:.1f} at the end; {time.perf_counter() - start:.0f} s)\n")
+    text = head + report(res)
+    atomic_write(out, lambda f: f.write(text.encode()))
+    atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

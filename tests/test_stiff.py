@@ -109,3 +109,143 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     for t1 in (1e2, 1e6, 1e12):
         h_rho, out = _h_rho_at_end(teacher, V0, a0, t1, 16384)
         assert float(out.tau_end) == pytest.approx(np.log1p(t1)) and h_rho < 0.5 * BOUNDARY_ON, (t1, h_rho)
+
+
+# --- ROS34PW2: the Rosenbrock–W method with Jacobian reuse -------------------------------------
+
+_E_WRONG = np.array([[0.0, 0.7], [-0.5, 0.3]])
+
+
+@jax.custom_jvp
+def _wrong_derivative(y):
+    return y
+
+
+@_wrong_derivative.defjvp
+def _wrong_derivative_jvp(primals, tangents):
+    (y,), (dy,) = primals, tangents
+    return y, dy + jnp.asarray(_E_WRONG) @ dy  # autodiff sees I + E instead of I
+
+
+def _nonlinear_vf(t, y, wrong):
+    y = _wrong_derivative(y) if wrong else y
+    return jnp.stack([-y[1] + jnp.sin(t) * y[0], y[0] - 0.5 * y[1] ** 2 + jnp.cos(t)])
+
+
+def _fixed_steps(solver, n, wrong):
+    import diffrax
+
+    term, y0, h = diffrax.ODETerm(_nonlinear_vf), jnp.array([1.0, 0.5]), 1.0 / n
+    step = jax.jit(lambda t0, y, st: solver.step(term, t0, t0 + h, y, wrong, st, False)[::3])
+    y, st = y0, solver.init(term, 0.0, h, y0, wrong)
+    for k in range(n):
+        y, st = step(k * h, y, st)
+    return y
+
+
+def _observed_orders(solver, wrong):
+    import diffrax
+
+    term = diffrax.ODETerm(_nonlinear_vf)
+    exact = diffrax.diffeqsolve(term, diffrax.Dopri8(), 0.0, 1.0, 1e-3, jnp.array([1.0, 0.5]), args=False,
+                                stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13)).ys[-1]
+    errs = np.array([float(jnp.max(jnp.abs(_fixed_steps(solver, n, wrong) - exact))) for n in (10, 20, 40, 80)])
+    return np.log2(errs[:-1] / errs[1:])
+
+
+def test_ros34pw2_keeps_its_order_with_a_wrong_jacobian_and_rodas4_does_not():
+    """A W-method's order conditions hold for any matrix in place of ∂f/∂y (Rang & Angermann
+    2005): fixed steps on a nonlinear non-autonomous system, with the exact Jacobian (reused over
+    steps of equal size) and with autodiff deliberately returning ``J(I + E)``, converge at order
+    ≥ 2.8 (observed 2.9–4.0). Negative control: Rodas4, a Rosenbrock method that needs the exact
+    Jacobian, drops to order ≈ 1 with the same wrong derivative (and is order ≈ 4 without)."""
+    from gradflow._engine.rosenbrock import Rodas4, Ros34pw2
+
+    for wrong in (False, True):
+        assert np.all(_observed_orders(Ros34pw2(), wrong) > 2.8), wrong
+    assert np.all(_observed_orders(Rodas4(), False) > 3.3)
+    assert np.all(_observed_orders(Rodas4(), True) < 1.2)
+
+
+def test_ros34pw2_reuses_its_matrix_only_at_the_same_step_size():
+    """Two steps of equal size share one ``W⁻¹`` (age 0 → 1, matrix unchanged); a step of another
+    size rebuilds it, equal to ``(I/(hγ) − J)⁻¹`` at that step's start (NumPy inverse of the
+    autodiff Jacobian); after :data:`MAX_AGE` reuses it is rebuilt even at the same size."""
+    import diffrax
+
+    from gradflow._engine import rosenbrock as R
+
+    term, y0, solver = diffrax.ODETerm(_nonlinear_vf), jnp.array([1.0, 0.5]), R.Ros34pw2()
+    st = solver.init(term, 0.0, 0.1, y0, False)
+    y1, _, _, st1, _ = solver.step(term, 0.0, 0.1, y0, False, st, False)
+    y2, _, _, st2, _ = solver.step(term, 0.1, 0.2, y1, False, st1, False)
+    assert int(st1[2]) == 0 and int(st2[2]) == 1 and float(st2[1]) == pytest.approx(0.1)
+    np.testing.assert_array_equal(st2[0], st1[0])
+    _, _, _, st3, _ = solver.step(term, 0.2, 0.25, y2, False, st2, False)
+    J = jax.jacfwd(lambda x: _nonlinear_vf(0.2, x, False))(y2)
+    expect = np.linalg.inv(np.eye(2) / (0.05 * R._W_GAMMA) - np.asarray(J))
+    assert int(st3[2]) == 0 and float(st3[1]) == pytest.approx(0.05)
+    np.testing.assert_allclose(st3[0], expect, rtol=1e-12)
+    old = (st2[0], st2[1], jnp.asarray(R.MAX_AGE, jnp.int32))  # same step size, matrix too old
+    _, _, _, st4, _ = solver.step(term, 0.2, 0.3, y2, False, old, False)
+    assert int(st4[2]) == 0 and not np.array_equal(st4[0], st2[0])
+
+
+def test_hold_step_keeps_the_step_only_when_it_would_barely_grow():
+    """:class:`HoldStep` returns the current step size where its PID controller proposes a growth
+    by a factor in ``[1, HOLD_MAX]``, and the PID controller's proposal otherwise (larger growth,
+    shrinking, rejection): the negative control is the PID controller itself, which changes the
+    step in every case."""
+    import diffrax
+
+    from gradflow._engine.rosenbrock import HOLD_MAX, HoldStep
+
+    pid = diffrax.PIDController(rtol=1e-6, atol=1e-6, pcoeff=0.3, icoeff=0.4)
+    hold = HoldStep(pid).wrap(1)
+    pid = pid.wrap(1)
+    term = diffrax.ODETerm(lambda t, y, args: -y)
+    y0 = jnp.ones(1)
+    _, state = pid.init(term, 0.0, 1.0, y0, 0.1, None, lambda *a: -y0, 3)
+    seen = set()
+    for err in (1e-7, 5e-7, 8e-7, 3e-6, 1e-9):
+        out_pid = pid.adapt_step_size(0.0, 0.1, y0, y0, None, jnp.full(1, err), 3, state)
+        out_hold = hold.adapt_step_size(0.0, 0.1, y0, y0, None, jnp.full(1, err), 3, state)
+        h_pid, h_hold = float(out_pid[2] - out_pid[1]), float(out_hold[2] - out_hold[1])
+        assert h_pid != pytest.approx(0.1, rel=1e-12)
+        ratio = h_pid / 0.1
+        if bool(out_pid[0]) and 1.0 <= ratio <= HOLD_MAX:
+            assert h_hold == pytest.approx(0.1, rel=1e-12), (err, ratio)
+            seen.add("held")
+        else:
+            assert h_hold == h_pid, (err, ratio)
+            seen.add("grown" if ratio > HOLD_MAX else "shrunk")
+    assert seen == {"held", "grown", "shrunk"}, seen
+
+
+def test_ros34pw2_alone_matches_radau():
+    """``solver="ros34pw2"`` from t = 0 on a small stiff draw, against SciPy Radau (rtol 1e-12)."""
+    W0, a0, X, y, loss = _square_draw(5, 3)
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
+    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="ros34pw2")
+    assert traj.status == "ok"
+    Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
+    np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+
+
+def test_blas_threads_limits_only_implicit_solves():
+    """Inside :func:`stiff.blas_threads` for an implicit solver SciPy's OpenBLAS (the LAPACK that
+    JAX calls on CPU) runs one thread and is restored on exit; for an explicit solver (negative
+    control) nothing changes."""
+    import threadpoolctl
+
+    def blas():
+        return [p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas"]
+
+    before = blas()
+    assert before, "no BLAS library found"
+    with stiff.blas_threads("rodas4"):
+        assert set(blas()) == {stiff.BLAS_THREADS}
+    assert blas() == before
+    with stiff.blas_threads("dopri8"):
+        assert blas() == before

@@ -295,7 +295,7 @@ def run(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_s
     over; ``keep`` the number of save points returned; ``lane``: return only this lane.
 
     Solves are traced as in :func:`gradflow._engine._eqx_compat.cacheable`."""
-    with _eqx_compat.cacheable():
+    with _eqx_compat.cacheable(), _stiff.blas_threads(name):
         return _run_rounds(flow, fargs, params0, taus, t1_exact, rtol, atol, name, max_steps, args_batched, devices,
                            keep, lane)
 

@@ -10,7 +10,8 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
 - after each round that did not finish, the solve reports ``h·ρ`` (mean log-time step of the
   round × ``ρ`` at the round's end state, by power iteration with Jacobian–vector products:
   :func:`stiffness_ratio`); an explicit lane with ``h·ρ > STIFF_ON·B`` (its steps are
-  stability-limited) switches to the implicit phase (Rodas4, :mod:`gradflow._engine.rosenbrock`);
+  stability-limited) switches to the implicit phase (:data:`IMPLICIT`: Rodas4,
+  :mod:`gradflow._engine.rosenbrock`);
 - an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
   stable at no loss) switches back to explicit.
 
@@ -20,12 +21,16 @@ beyond its ``POWER_ITERATIONS`` Jacobian–vector products at the end of that ro
 
 from __future__ import annotations
 
+import contextlib
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["AUTO_STIFF", "EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY"]
+__all__ = ["AUTO_STIFF", "EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY", "blas_threads",
+           "IMPLICIT_SOLVERS"]
 
 AUTO_STIFF = "auto-stiff"
 """Concrete name of ``auto`` on a flow with a finite minimiser (recorded in the metadata)."""
@@ -47,7 +52,43 @@ POWER_ITERATIONS = 12
 """Power iterations (Jacobian–vector products) per estimate of ``ρ``."""
 
 IMPLICIT = "rodas4"
+"""The implicit solver of ``auto-stiff``. Rodas4 (a fresh Jacobian and LU every step, order 4)
+rather than ROS34PW2 (Jacobian reuse, order 3): on the conditioning draws at ``d = 20`` (421
+states, rtol 1e-8) ROS34PW2 takes ~3× the steps (592–896 against 203–312 for κ = 20–50) and
+measured between 2× faster and 3× slower than Rodas4 depending on the machine's load; at
+``d = 4`` it takes 1221 steps where Rodas4 takes fewer than 400 (``benchmarks/STIFF_d20.md``)."""
 EXPLICIT = "dopri8"
+
+IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5"})
+"""Resolved solver names that factorise dense matrices (:func:`blas_threads` applies to them)."""
+
+BLAS_THREADS = 1
+"""BLAS/LAPACK threads while an implicit solve runs (:func:`blas_threads`)."""
+
+
+@functools.lru_cache(maxsize=1)
+def _threadpools():
+    import threadpoolctl
+
+    return threadpoolctl.ThreadpoolController()
+
+
+@contextlib.contextmanager
+def blas_threads(solver_name: str):
+    """Run the enclosed solve with :data:`BLAS_THREADS` BLAS threads if ``solver_name`` is in
+    :data:`IMPLICIT_SOLVERS` (via ``threadpoolctl``; restored on exit); otherwise do nothing.
+
+    On CPU, JAX's LU factorisations and triangular solves call the LAPACK/BLAS that SciPy ships
+    (OpenBLAS). Its worker threads help little on the matrices of an implicit step (hundreds of
+    states) and cost a great deal once the cores are shared: measured on the paper's
+    conditioning draw at ``d = 20`` (421 states) on 2 cores at load ~5, one LU of ``W`` took 90 ms
+    with OpenBLAS's default 2 threads and 5 ms with one; the κ = 2 run went from 0.32 s to 0.04 s.
+    XLA's own kernels (matrix products, the field) are not affected."""
+    if solver_name not in IMPLICIT_SOLVERS:
+        yield
+        return
+    with _threadpools().limit(limits=BLAS_THREADS, user_api="blas"):
+        yield
 
 
 def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
