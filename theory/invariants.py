@@ -247,11 +247,11 @@ def run_lemD2(trials: int = 16, seed: int = 0) -> CheckResult:
     the same trajectories; (2) the flow integrated at temperature ``T = 2`` (the first shape
     group's starts), checked as if it were the ``T = 1`` flow — a trajectory integrated with
     another field, as an engine that dropped the temperature would produce."""
-    runs = logistic_trials(trials, seed)
+    logistic = logistic_trials(trials, seed)
     sq_traj, sq_losses, _ = square_trials(trials, seed, False)
-    runs = [(tr, ls) for tr, ls, _ in runs] + [(sq_traj, sq_losses)]
+    runs = [(tr, ls) for tr, ls, _ in logistic] + [(sq_traj, sq_losses)]
     parts = []
-    for tr, ls, _ in runs:
+    for tr, ls, _ in logistic:
         point, along = output_response(tr, ls), output_response_along(tr, ls)
         parts.append(combine(
             [min(x, y) for x, y in zip(point.margins, along.margins)],
@@ -263,7 +263,7 @@ def run_lemD2(trials: int = 16, seed: int = 0) -> CheckResult:
         ))
     sq = output_response(sq_traj, sq_losses)
     main = _pool(parts + [sq])
-    wrong_power = _pool([output_response_along(tr, ls, power=1) for tr, ls, _ in runs]
+    wrong_power = _pool([output_response_along(tr, ls, power=1) for tr, ls, _ in logistic]
                         + [output_response(tr, ls, power=1) for tr, ls in runs])
     grp = logistic_draws(trials, seed)[0]
     hot_losses = [gradflow.LogisticTeacher(b) for b in grp["betas"]]
