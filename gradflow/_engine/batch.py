@@ -94,7 +94,8 @@ def _per_lane(fn, args_batched, n_lane_args):
 
 @eqx.filter_jit
 def _solve_jit(flow, fargs, y0, tau0, taus, rtol, atol, solver_name, max_steps, args_batched):
-    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps)
+    batched = jax.tree.leaves(y0)[0].shape[0] > 1  # _per_lane computes a single lane without vmap
+    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps, batched)
     return _per_lane(fn, args_batched, 2)(fargs, y0, tau0)
 
 
