@@ -138,6 +138,15 @@ def _initial_y(flow, fargs, params0, args_batched):
 _initial_y_jit = eqx.filter_jit(_initial_y)
 
 
+def _start_time(B: int, dtype):
+    """Log time ``τ = 0`` of ``B`` lanes not yet run, as a runtime value rather than a constant:
+    with a constant start time folded into the vmapped solve, XLA's algebraic simplifier
+    (jaxlib 0.10) cycles on the first round's program and prints "Algebraic simplifier is likely
+    stuck in a circular simplification loop" at every such compile (tested in
+    ``tests/test_xla_messages.py``)."""
+    return jax.lax.optimization_barrier(jnp.zeros((B,), dtype))
+
+
 def _initial_state(y0, taus) -> SolveState:
     """The solve state of lanes not yet run (status ``max_steps``: still to run)."""
     leaves = jax.tree.leaves(y0)
@@ -146,7 +155,7 @@ def _initial_state(y0, taus) -> SolveState:
         ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
         reached=jnp.zeros((B, T), bool),
         y_end=y0,
-        tau_end=jnp.zeros((B,), dtype),
+        tau_end=_start_time(B, dtype),
         tau_steady=jnp.full((B,), jnp.inf, dtype),
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
