@@ -18,6 +18,8 @@ supported; anything else falls back to diffrax's own step.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import diffrax
 import equinox.internal as eqxi
 import jax
@@ -73,7 +75,7 @@ class _UnrolledDopri8Interpolation(diffrax.AbstractLocalInterpolation):
     t0: object
     t1: object
     y0: object
-    k: tuple
+    k: tuple  # the 14 stages ``k_j = h·f_j``, each shaped like ``y0``
 
     def __init__(self, *, t0, t1, y0, y1, k):
         del y1  # the interface of diffrax's interpolations
@@ -111,9 +113,14 @@ def _weighted(y0, coeffs, ks):
 
 
 class UnrolledDopri8(diffrax.Dopri8):
-    """:class:`diffrax.Dopri8` with the stage loop unrolled (see the module docstring)."""
+    """:class:`diffrax.Dopri8` with the stage loop unrolled (see the module docstring).
 
-    interpolation_cls = _UnrolledDopri8Interpolation
+    Measured (``benchmarks/perf18.py``, 1024 lanes of Fig. 2's problem): about 1.8× faster per
+    batched solve than ``diffrax.Dopri8``; a first compile about 1.4× longer (13 traced field
+    evaluations instead of one). A variant with its own ``fori_loop`` over stages and a fused
+    multiply-reduce per stage (one traced field) was no faster than diffrax's loop."""
+
+    interpolation_cls: ClassVar = _UnrolledDopri8Interpolation
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         if not _is_plain_ode(terms):  # pragma: no cover - the engine only passes ODE terms
@@ -139,3 +146,4 @@ class UnrolledDopri8(diffrax.Dopri8):
         y_error = _dot(tab.b_error, ks)
         dense_info = dict(y0=y0, y1=y1, k=tuple(ks))
         return y1, y_error, dense_info, (jnp.array(False), f1), diffrax.RESULTS.successful
+
