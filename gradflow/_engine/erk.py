@@ -128,7 +128,7 @@ class UnrolledDopri8(diffrax.Dopri8):
         tab = self.tableau
         first_step, f0_stored = solver_state
         control = terms.contr(t0, t1)
-        dt = t1 - t0
+        dt = jnp.asarray(t1) - jnp.asarray(t0)
         # As diffrax: the stored FSAL field is reused except on the first step or after a jump
         # (then every lane evaluates it: the predicate is taken over all lanes).
         f0 = jax.lax.cond(eqxi.unvmap_any(first_step | made_jump),
