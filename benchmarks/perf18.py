@@ -268,6 +268,17 @@ def report(res: dict, quick: bool) -> str:
          f"({b['flops_per_field_eval']:.0f} per evaluation), i.e. {b['flops_per_lane_step'] / (b['us_per_lane_step'] * 1e3):.2f} "
          f"GFLOP/s achieved; the solve costs {b['time_s'] / b['floor_s']:.1f}× its field floor. "
          f"First call (compile) {b['compile_s']:.1f} s unrolled vs {b['compile_stage_loop_s']:.1f} s with the stage loop.", "",
+         "Where a lane-step went (XLA:CPU thunk profile, `jax.profiler.trace`, and HLO of the vmapped solve): "
+         "diffrax runs an explicit Runge–Kutta step as a loop over its stages with a stage buffer `ks` "
+         "(14 stages × state); each stage input is a tensordot of a tableau row with that buffer. Under `vmap` "
+         "the buffer's lane axis comes first, so every stage copies the whole buffer into stage-major order "
+         "(a `transpose` + `copy` of lanes × 14 × 73 floats) before a (1 × 14)·(14 × lanes·73) product, and the "
+         "dense output at each save point does the same with a per-lane coefficient vector. Not the cause: saving "
+         "(in-place scatters, no full-buffer selects), lanes per chunk (64, 256 and 1024 lanes cost the same per "
+         "lane within noise), the event (one extra field evaluation per step). With the stages written out "
+         "(`gradflow/_engine/erk.py`: each stage input one fused elementwise sum of the earlier stages) the "
+         "transposes are gone; what remains above the field floor is diffrax's per-step bookkeeping under `vmap` "
+         "(controller, selects of the carried state on the batched predicate, the save loop's interpolation).", "",
          f"Target (issue 18): ≥ 3× the old ratio against the SciPy loop (0.15 s vs 0.45–0.50 s): "
          f"{b['ratio_scipy'] / b['ratio_scipy_stage_loop']:.2f}× in this run: {ok(b['ratio_scipy'] / b['ratio_scipy_stage_loop'] >= 3)}.", "",
          "## Per-call overhead: one trajectory to t = 1e12 (n = d = 8)", "",

@@ -61,3 +61,24 @@ def test_vmapped_solve_matches_closed_form_and_dopri8():
     # move one step (as batched vs unbatched diffrax also does); the answers agree far inside rtol
     assert np.all(np.abs(np.asarray(steps) - np.asarray(steps_d)) <= 1)
     np.testing.assert_allclose(ys, ys_d, rtol=1e-8)  # dense output (7th order) between few, long steps
+
+
+def test_engine_with_unrolled_stages_matches_single_runs(monkeypatch):
+    """The engine's batched path with the unrolled stages (forced at 3 lanes) against single
+    runs (diffrax's own Dopri8, no vmap), as ``tests/test_simulate.py`` checks the default path."""
+    import gradflow
+    from gradflow._engine import batch
+
+    monkeypatch.setattr(batch, "UNROLL_LANES", 2)
+    rng = np.random.RandomState(11)
+    V0s, a0s = 0.1 * rng.randn(3, 4, 4), np.zeros((3, 4))
+    losses = [gradflow.LogisticTeacher(rng.randn(4)) for _ in range(3)]
+    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e9, 17)])  # a shape no other test compiles
+    out = gradflow.simulate_batch(losses, V0s, a0s, t1=1e9, ts=ts)
+    assert out.status == ["ok"] * 3
+    for i in range(3):
+        single = gradflow.simulate(losses[i], V0s[i], a0s[i], t1=1e9, ts=ts)
+        # the two step sequences differ (round-off at accept/reject borders), so the lanes agree
+        # to the solver's tolerance (rtol 1e-8 on the state), not to round-off
+        np.testing.assert_allclose(out[i].s, single.s, rtol=0, atol=1e-8)
+        np.testing.assert_allclose(out[i].Gamma, single.Gamma, rtol=1e-7)
