@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from benchmarks.__main__ import main
 
 
@@ -48,3 +50,21 @@ def test_bare_solver_verdict_follows_its_numbers():
     assert "At rtol 1e-10 (9.9×) the bare solver itself is below 10×" in text, text
     only_above = bare_verdict([1e-8], eq, g_rows, bare_rows)
     assert "below 10×, so no work" not in only_above and "clears 10×" in only_above
+
+
+@pytest.mark.slow  # one batched compile: ~1 min on 2 cores
+def test_gpu_script_quick_mode_runs_on_cpu(capsys):
+    """``benchmarks/gpu.py --quick`` (the script for a session lent a GPU) runs on a CPU and
+    prints its JSON: one row of 64 seeds, every lane ok, a positive time per trajectory."""
+    import numpy as np
+
+    from benchmarks import gpu
+
+    assert gpu.main(["--quick"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    (row,) = res["rows"]
+    assert row["seeds"] == 64 and row["all_ok"] and row["per_trajectory_us"] > 0 and row["steps_max"] > 10, row
+    assert res["platform"] == "cpu"
+    V0s, a0s, bs = gpu.draws(5)
+    np.testing.assert_allclose(np.linalg.norm(bs, axis=1), 1.0)
+    assert V0s.shape == (5, 8, 8) and not a0s.any()

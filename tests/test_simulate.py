@@ -155,7 +155,8 @@ def test_batch_equals_single_runs():
         np.testing.assert_allclose(batch[i].s, single.s, rtol=1e-9, atol=1e-15)
         np.testing.assert_allclose(batch[i].Gamma, single.Gamma, rtol=1e-9)
     shared = gradflow.simulate_batch(losses[0], V0s, a0s, t1=1e8, ts=ts)
-    np.testing.assert_allclose(shared[0].s, batch[0].s, rtol=1e-12, atol=1e-15)
+    # a shared teacher compiles to a different program (unbatched loss leaves): round-off only
+    np.testing.assert_allclose(shared[0].s, batch[0].s, rtol=1e-10, atol=1e-15)
 
 
 def test_save_load_roundtrip(tmp_path):

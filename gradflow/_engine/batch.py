@@ -23,7 +23,7 @@ from . import solve as _solve
 from . import stiff as _stiff
 from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
 
-__all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "run", "check_devices"]
+__all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "UNROLL_LANES", "UNROLL_STATE", "run", "check_devices"]
 
 ROUND_STEPS = 512
 """Steps per solver round. Under ``vmap`` a solve runs every lane until the slowest one is
@@ -37,6 +37,21 @@ LANES_PER_SOLVE = 256
 """At most this many lanes per device in one vmapped solve; larger rounds run as several
 solves. Past a few hundred lanes the per-step save buffers (lanes × save points × state)
 leave the CPU caches and the cost per lane grows (measured: ×5 per seed from 256 to 4096)."""
+
+
+UNROLL_LANES = 64
+"""Vmapped solves of at least this many lanes use Dopri8 with its stages unrolled
+(:class:`gradflow._engine.erk.UnrolledDopri8`): about 1.8× faster per step at 1024 lanes, but
+a first compile about 1.4× longer (the field is traced 13 times); smaller batches, whose
+solve is short next to their compile, keep diffrax's stage loop."""
+
+
+UNROLL_STATE = 2**18
+"""Solves whose state has at least this many floats per lane (n = d ≳ 512) also use the
+unrolled stages, a single lane included: diffrax's stage loop reads its whole stage buffer
+(14 × the state) at each of the 13 stages, a memory-bound cost once the buffer leaves the caches.
+Measured (one trajectory to 1e12, same process): n = d = 1024, 14 s vs 40 s warm with a first
+compile of 73 s vs 66 s (loaded machine); n = d = 256, no gain (1.2 s vs 0.9 s)."""
 
 
 class Finished(eqx.Module):
@@ -94,7 +109,10 @@ def _per_lane(fn, args_batched, n_lane_args):
 
 @eqx.filter_jit
 def _solve_jit(flow, fargs, y0, tau0, taus, rtol, atol, solver_name, max_steps, args_batched):
-    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps)
+    leaves = jax.tree.leaves(y0)
+    lanes = leaves[0].shape[0]
+    unrolled = lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
+    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps, unrolled)
     return _per_lane(fn, args_batched, 2)(fargs, y0, tau0)
 
 
@@ -137,6 +155,15 @@ def _initial_y(flow, fargs, params0, args_batched):
 _initial_y_jit = eqx.filter_jit(_initial_y)
 
 
+def _start_time(B: int, dtype):
+    """Log time ``τ = 0`` of ``B`` lanes not yet run, as a runtime value rather than a constant:
+    with a constant start time folded into the vmapped solve, XLA's algebraic simplifier
+    (jaxlib 0.10) cycles on the first round's program and prints "Algebraic simplifier is likely
+    stuck in a circular simplification loop" at every such compile (tested in
+    ``tests/test_xla_messages.py``)."""
+    return jax.lax.optimization_barrier(jnp.zeros((B,), dtype))
+
+
 def _initial_state(y0, taus) -> SolveState:
     """The solve state of lanes not yet run (status ``max_steps``: still to run)."""
     leaves = jax.tree.leaves(y0)
@@ -145,7 +172,7 @@ def _initial_state(y0, taus) -> SolveState:
         ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
         reached=jnp.zeros((B, T), bool),
         y_end=y0,
-        tau_end=jnp.zeros((B,), dtype),
+        tau_end=_start_time(B, dtype),
         tau_steady=jnp.full((B,), jnp.inf, dtype),
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
