@@ -32,7 +32,8 @@ an independent NNLS formulation in ``tests/test_maxmargin.py``), and the five Se
 figures (their quick build trains for minutes; ``tests/test_transformer.py`` builds them and checks
 the quick run learns).
 
-The three cheapest builds run in the default test run; the others are ``slow``
+The two cheapest builds (softmax-temperature, causal-mask) run in the default test run; the others
+are ``slow``
 (``python -m pytest -m slow tests/test_figure_summaries.py``).
 """
 
@@ -81,7 +82,7 @@ def _others(s, top):
     return np.delete(s, top, axis=-1).sum(axis=-1)
 
 
-# ----------------------------------------------------------------------------- cheap: default run
+# ----------------------------------------------------------------------------- cheap: default run (but scaling)
 
 
 def test_softmax_temperature_summary_against_scipy(tmp_path):
@@ -115,6 +116,7 @@ def test_causal_mask_summary_by_hand(tmp_path):
     assert not np.allclose(full[L // 2], causal[L // 2])
 
 
+@pytest.mark.slow  # 10-40 s: 1000 draws at nine d_k and a GIF
 def test_scaling_variance_is_d_k_within_sampling_error(tmp_path):
     summary, data, cfg = _build("scaling", tmp_path)
     N = cfg["var_samples"]
