@@ -64,8 +64,8 @@ share1, acc1, maps1 = measure(model)
 table("untrained (control)", share0, acc0)
 table("trained here", share1, acc1)
 root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-paper = [r for r in map(load_result, sorted(glob.glob(os.path.join(root, "figures/transformer-runs/paper/induction-softmax-norm-s0-*.npz"))))
-         if r["config"]["n_heads"] == 4]
+committed = sorted(glob.glob(os.path.join(root, "figures/transformer-runs/paper/induction-softmax-norm-s0-*.npz")))
+paper = [r for r in map(load_result, committed) if r["config"]["n_heads"] == 4]
 if paper:
     table("paper scale, committed result (d_model 128, 10 epochs)", paper[0]["bos_share"], paper[0]["induction_acc"])
 

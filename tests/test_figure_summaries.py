@@ -340,7 +340,8 @@ def test_massive_summary_against_scipy_tied_flow_and_numpy_gd(tmp_path):
             dU, da = _tied_field(y[: D * D].reshape(D, D), y[D * D:], b)
             return np.concatenate([dU.ravel(), da])
 
-        sol = solve_ivp(rhs, (0.0, cfg["t1"]), np.concatenate([U0.ravel(), a0]), method="DOP853", rtol=1e-12, atol=1e-14)
+        sol = solve_ivp(rhs, (0.0, cfg["t1"]), np.concatenate([U0.ravel(), a0]), method="DOP853",
+                        rtol=1e-12, atol=1e-14)
         U, a = sol.y[: D * D, -1].reshape(D, D), sol.y[D * D:, -1]
         alpha = ref.softmax(U @ a)
         got = summary["D"][str(D)]
