@@ -89,7 +89,9 @@ NONFINITE_EVENT_IS_REDUNDANT = (
     "solvers (auto = dopri8, tsit5, dopri5, kvaerno5, rodas4): status, t_end and num_steps "
     "identical; y' = y below the wall, 2000 lanes log-spaced y0 in [1e-6, 0.5], integrate_batch with dopri8 and with rodas4: num_steps and t_end identical "
     "on every lane (a lane where the event fired would take fewer steps with it on); CliffTeacher "
-    "(test_failures.py): 93 steps, t_end error 1.7e-10 either way. The event is a guard that costs "
+    "(test_failures.py): 93 steps, t_end error 1.7e-10 either way; with the mutation applied, the "
+    "default files that exercise non-finite fields and stalls (test_failures, test_descend, "
+    "test_integrate, test_properties: 62 tests) pass. The event is a guard that costs "
     "one field evaluation per step; removing it is a decision for the engine's owners.")
 
 
