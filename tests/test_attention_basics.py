@@ -157,18 +157,3 @@ def test_embeddings_are_deterministic():
     a, b = ab.embeddings(7, 5, 1.0), ab.embeddings(7, 5, 1.0)
     assert all(np.array_equal(a[w], b[w]) for w in a)
     assert not np.array_equal(a["it"], ab.embeddings(8, 5, 1.0)["it"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fig_id", ["softmax-temperature", "scaling", "causal-mask", "it-animal"])
-def test_figure_builds_quick(fig_id, tmp_path):
-    """Quick build of each figure (5-12 s each on a shared CPU); runs only with ``-m slow``."""
-    from PIL import Image
-
-    from gradflow.sims.build import build
-
-    record = build(fig_id, str(tmp_path), quick=True, progress=False)
-    for f in record["files"]:
-        assert (tmp_path / f).exists()
-    for gif in (f for f in record["files"] if f.endswith(".gif")):
-        assert Image.open(tmp_path / gif).n_frames > 1

@@ -14,7 +14,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
 
 
 def test_there_are_examples():
-    assert {p.stem for p in EXAMPLES} >= {"quickstart", "own_check", "sweep_xarray", "own_model", "max_margin"}
+    assert {p.stem for p in EXAMPLES} >= {"quickstart", "own_check", "sweep_xarray", "own_model", "max_margin", "transformer_sinks"}
 
 
 @pytest.mark.slow

@@ -120,3 +120,31 @@ def test_engine_reports_a_blow_up_as_stalled_in_one_solve():
     np.testing.assert_allclose(float(out.ys[0][1, 0]), 2.0, rtol=1e-8)  # y(0.5) = 2 before the blow-up
     ok = run(-1.0)
     assert int(ok.code) == int(S.Status.ok) and float(ok.ys[0][-1, 0]) == pytest.approx(1 / 11, rel=1e-8)
+
+
+@pytest.mark.parametrize("solver", ["auto", "tsit5", "rodas4"])
+def test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall(solver):
+    """``y' = 1`` while ``y < 1``, NaN from ``y = 1`` on (a field undefined past a wall), from
+    ``y(0) = 1/4``: by hand ``y(t) = 1/4 + t`` and the wall is reached at ``t* = 3/4``. The run
+    ends ``nonfinite`` at ``t*`` (the step collapses at the wall and the field just ahead is NaN),
+    every saved state on the line ``y = 1/4 + t`` below the wall. Negative control: the same
+    field without the wall runs to ``t1`` with status ``ok`` and ``y(t1) = 1/4 + t1``.
+
+    (Also the evidence that the solver's non-finite *event* is redundant — see
+    ``nonfinite_event_off`` in ``tests/mutate.py``: with it off, these runs are identical.)"""
+    y0, t1 = 0.25, 10.0
+    ts = np.array([0.0, 0.1, 0.5, 0.7, 2.0, t1])
+    wall = lambda p: {"y": jnp.where(p["y"] < 1.0, 1.0, jnp.nan)}
+    sol = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, steady=False, field=wall,
+                             solver=solver, rtol=1e-10, atol=1e-12)
+    assert sol.status == "nonfinite" and int(sol.num_steps) < 500
+    assert float(sol.t_end) == pytest.approx(0.75, rel=2e-11)  # measured relative error <= 1.7e-12
+    valid = np.asarray(sol.valid)
+    np.testing.assert_array_equal(valid, [True, True, True, True, False, False])
+    y = np.asarray(sol.params["y"])[valid]
+    np.testing.assert_allclose(y, y0 + ts[valid], rtol=2e-9)  # measured <= 1.7e-10 (tsit5's dense output)
+    assert np.all(y < 1.0)
+    free = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, steady=False,
+                              field=lambda p: {"y": jnp.ones_like(p["y"])}, solver=solver, rtol=1e-10, atol=1e-12)
+    assert free.status == "ok" and float(free.t_end) == t1
+    np.testing.assert_allclose(np.asarray(free.params["y"]), y0 + ts, rtol=3e-9)  # measured <= 3.1e-10

@@ -1,7 +1,6 @@
 """The beyond-the-paper figures (long-horizon, gamma, bound, gd-vs-flow, sinks-rowwise): their data
-claims against independent references, each with a negative control; quick builds (slow)."""
-
-import json
+claims against independent references, each with a negative control (the quick builds, with their
+summaries against independent numbers: ``tests/test_figure_summaries.py``)."""
 
 import numpy as np
 import pytest
@@ -15,8 +14,6 @@ from gradflow.sims.draws import fig2_init
 from gradflow.theory.experiments import lanes
 
 from . import reference
-
-BEYOND_IDS = ["long-horizon", "gamma", "bound", "gd-vs-flow", "sinks-rowwise"]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -115,31 +112,3 @@ def test_gd_vs_flow_fitted_order_is_one_and_second_order_control_is_not():
     heun = _heun_errors(V0, a0, reference.logistic_residual(b), cfg["T"], cfg["M"], cfg["ks"], V_ref, a_ref)
     assert not 0.8 <= gd_vs_flow.fitted_order(lrs, heun, np.inf) <= 1.2
     assert gd_vs_flow.fitted_order(lrs, heun, np.inf) > 1.7
-
-
-# ----------------------------------------------------------------------------- quick builds
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fig_id", BEYOND_IDS)
-def test_beyond_figure_builds_quick(fig_id, tmp_path):
-    """Quick build of each beyond-the-paper figure (20–60 s each on a shared CPU): four files,
-    finite plotted data, provenance and a summary in the JSON."""
-    from gradflow.sims.build import build
-
-    record = build(fig_id, str(tmp_path), quick=True, progress=False)
-    for ext in ("png", "pdf", "npz", "json"):
-        assert (tmp_path / f"{fig_id}.{ext}").stat().st_size > 0
-    with np.load(tmp_path / f"{fig_id}.npz") as z:
-        assert all(np.all(np.isfinite(z[k])) for k in z.files if z[k].dtype.kind == "f")
-    meta = json.loads((tmp_path / f"{fig_id}.json").read_text())
-    assert meta["quick"] and meta["summary"] and meta["git_revision"] and meta["packages"]["jax"]
-    summary = record["summary"]
-    if fig_id == "bound":
-        assert summary["bound_holds_flow"] and summary["bound_holds_sweep"] and summary["control_violated_every_run"]
-    if fig_id == "gd-vs-flow":
-        assert 0.8 <= summary["order_logistic_theta"] <= 1.2 and summary["logistic_big_lr_winner_kept"]
-    if fig_id == "gamma":
-        assert all(abs(x["normalised"] - 1) < 0.01 for x in summary["logistic"])
-    if fig_id == "sinks-rowwise":
-        assert summary["fraction_at_argmax_u0"][0] == 1.0 and summary["A0_zero_max_row_difference"] < 1e-12
