@@ -11,7 +11,7 @@ import os
 
 import jax
 
-__all__ = ["cache_dir", "enable_compilation_cache", "CACHE_ENV", "NO_CACHE_ENV"]
+__all__ = ["cache_dir", "enable_compilation_cache", "release_executables", "CACHE_ENV", "NO_CACHE_ENV", "MAPPINGS_SOFT_LIMIT"]
 
 CACHE_ENV = "GRADFLOW_CACHE_DIR"
 """Environment variable naming the cache folder (default ``$XDG_CACHE_HOME/gradflow/jax``,
@@ -46,3 +46,36 @@ def enable_compilation_cache(path: str | os.PathLike | None = None) -> str | Non
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
     return folder
+
+
+MAPPINGS_SOFT_LIMIT = 30_000
+"""Memory mappings of this process above which :func:`release_executables` drops JAX's
+compiled executables (Linux's default ``vm.max_map_count`` is 65,530)."""
+
+
+def _mappings() -> int | None:
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:  # not Linux
+        return None
+
+
+def release_executables(limit: int = MAPPINGS_SOFT_LIMIT) -> bool:
+    """Drop JAX's in-memory compiled executables when this process holds more than ``limit``
+    memory mappings; returns whether it did.
+
+    Every XLA:CPU executable keeps its machine code in memory mappings (a few per executable;
+    one test module of gradflow's suite leaves about 5,000). A long process that compiles many
+    distinct solves (``gradflow reproduce``, a whole test run) would pass Linux's default limit of
+    65,530 mappings per process, and XLA's next compilation then aborts or segfaults. Called
+    between independent jobs; what is needed again is recompiled (or loaded from the persistent
+    cache)."""
+    n = _mappings()
+    if n is None or n <= limit:
+        return False
+    import gc
+
+    jax.clear_caches()
+    gc.collect()
+    return True

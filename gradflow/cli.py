@@ -13,6 +13,7 @@ import os
 import sys
 import time
 
+from ._cache import release_executables
 from ._errors import GradflowValueError
 
 DEFAULT_OUT = os.path.join("out", "figures")
@@ -24,19 +25,6 @@ QUICK_TRIALS = 4  # trials per check for `reproduce --quick`
 def _progress(args) -> bool:
     """Progress bars only on a terminal (a log file or pipe gets none) and never with ``--no-progress``."""
     return not args.no_progress and sys.stderr.isatty()
-
-
-def _release_executables() -> None:
-    """Drop JAX's compiled executables between independent jobs of one process (figures, the
-    checks). Each CPU executable holds memory mappings, and ``reproduce`` compiles enough of them
-    to approach Linux's default limit of 65,530 mappings per process, past which XLA's next
-    compilation aborts. The persistent compilation cache (on by default) makes recompiling cheap."""
-    import gc
-
-    import jax
-
-    jax.clear_caches()
-    gc.collect()
 
 
 def _cmd_figures(args) -> int:
@@ -55,7 +43,7 @@ def _cmd_figures(args) -> int:
         # reproduce: figures whose paper scale takes hours stay quick unless --paper-scale
         quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
         record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
-        _release_executables()
+        release_executables()
         how = "re-plotted from cache" if record["cached"] else "computed"
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
@@ -181,7 +169,7 @@ def _cmd_reproduce(args) -> int:
     results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
     _print_check_table(results)
     checks_ok = all(r.holds and not r.control_holds for r in results)
-    _release_executables()
+    release_executables()
     args.ids, args.list = [], False
     status = _cmd_figures(args)
     n_ok = sum(r.holds and not r.control_holds for r in results)

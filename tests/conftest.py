@@ -15,17 +15,15 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 
 
-import gc  # noqa: E402
-
 import pytest  # noqa: E402
+
+from gradflow._cache import release_executables  # noqa: E402
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_executables():
-    """Drop JAX's compiled executables after each test module. Every CPU executable keeps its
-    machine code in memory mappings (one test module leaves ~5,000), and a full run in one
-    process passed Linux's default limit of 65,530 mappings per process (``vm.max_map_count``):
-    XLA's next compilation then aborted or segfaulted. Later modules recompile what they use."""
+    """After each test module, drop JAX's compiled executables once the process holds many memory
+    mappings (each CPU executable holds some; one module leaves ~5,000): a full run in one process
+    passed Linux's default limit of 65,530 and XLA's next compilation aborted."""
     yield
-    jax.clear_caches()
-    gc.collect()
+    release_executables()

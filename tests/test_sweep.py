@@ -149,3 +149,23 @@ def test_atomic_write_exclusive(tmp_path):
     assert atomic_write(path, lambda f: f.write(b'{"third": 3}'))
     assert (tmp_path / "sweep.json").read_bytes() == b'{"third": 3}'
 
+
+
+def test_release_executables_drops_compiled_code_only_above_the_limit():
+    """Above the mapping limit JAX's jit caches are emptied (the next call compiles again);
+    below it (control) they are kept."""
+    import jax
+    import jax.numpy as jnp
+
+    from gradflow import _cache
+
+    f = jax.jit(lambda x: jnp.sin(x) * 3.0)
+    f(1.0)
+    assert f._cache_size() == 1
+    assert _cache.release_executables(limit=10**9) is False and f._cache_size() == 1  # control
+    n = _cache._mappings()
+    assert n is None or n > 0
+    released = _cache.release_executables(limit=0)
+    assert released is (n is not None)
+    if released:
+        assert f._cache_size() == 0
