@@ -15,3 +15,16 @@ def timed(fn, repeats):
         out = fn()
         times.append(time.perf_counter() - start)
     return float(np.median(times)), out
+
+
+def interleaved_medians(fns: dict, repeats: int) -> dict:
+    """``{name: (median seconds, last result)}``: one warm-up call each, then ``repeats`` rounds
+    with the calls interleaved (a change of machine load hits all of them alike)."""
+    out = {name: fn() for name, fn in fns.items()}
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            out[name] = fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: (float(np.median(times[name])), out[name]) for name in fns}

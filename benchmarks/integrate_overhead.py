@@ -16,7 +16,6 @@ returns the numbers.
 from __future__ import annotations
 
 import argparse
-import time
 
 import jax
 import jax.numpy as jnp
@@ -25,22 +24,12 @@ import numpy as np
 import gradflow
 from gradflow.sweep import fig2_init
 
+from benchmarks._timing import interleaved_medians
+
 
 def _fig2():
     return fig2_init(123, 8)
 
-
-def _interleaved_medians(fns: dict, repeats: int) -> dict:
-    """``{name: (median seconds, last result)}``, the calls interleaved (one of each per repeat)
-    so that a change of machine load hits all of them alike; one warm-up call each first."""
-    out = {name: fn() for name, fn in fns.items()}
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            out[name] = fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: (float(np.median(times[name])), out[name]) for name in fns}
 
 
 def run(repeats: int = 50, t1: float = 1e12) -> dict:
@@ -65,7 +54,7 @@ def run(repeats: int = 50, t1: float = 1e12) -> dict:
         sol = gradflow.integrate(by_hand, (V0, a0), t1=t1, steady=False)
         return np.asarray(sol.params[1]), int(sol.num_steps)
 
-    timed = _interleaved_medians({"simulate": sim, "integrate (exact field)": exact, "integrate (autodiff)": auto},
+    timed = interleaved_medians({"simulate": sim, "integrate (exact field)": exact, "integrate (autodiff)": auto},
                                  repeats)
     rows = {name: dict(seconds=sec, steps=steps, a_end=a[-1]) for name, (sec, (a, steps)) in timed.items()}
     base = rows["simulate"]

@@ -33,21 +33,11 @@ import time
 
 import numpy as np
 
+from benchmarks._timing import interleaved_medians
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-
-def _medians(fns: dict, repeats: int) -> dict:
-    """``{name: (median seconds, last result)}``: one warm-up call each, then ``repeats`` rounds
-    with the calls interleaved (a change of machine load hits all of them alike)."""
-    out = {name: fn() for name, fn in fns.items()}
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            start = time.perf_counter()
-            out[name] = fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: (float(np.median(times[name])), out[name]) for name in fns}
 
 
 @contextlib.contextmanager
@@ -130,16 +120,16 @@ def bench_batch(q, R) -> dict:
         t0 = time.perf_counter()
         solve()
         compile_loop_s = time.perf_counter() - t0
-        old = _medians({"diffrax Dopri8 (stage loop)": solve}, R(5))
+        old = interleaved_medians({"diffrax Dopri8 (stage loop)": solve}, R(5))
     steps = None
-    timed = _medians({"gradflow simulate_batch": solve, "SciPy loop": scipy_loop}, R(5))
+    timed = interleaved_medians({"gradflow simulate_batch": solve, "SciPy loop": scipy_loop}, R(5))
     traj = timed["gradflow simulate_batch"][1]
     steps = np.asarray(traj.num_steps)
     lanes = min(engine_batch.LANES_PER_SOLVE, B)
     chunk_max = [int(steps[i:i + lanes].max()) for i in range(0, B, lanes)]
     computed_lane_steps = sum(m * min(lanes, B - i * lanes) for i, m in enumerate(chunk_max))
     floor_fn, flops = field_floor(V0s, teachers, 13 * max(chunk_max), lanes)
-    floor = _medians({"field floor": floor_fn}, R(5))["field floor"][0]
+    floor = interleaved_medians({"field floor": floor_fn}, R(5))["field floor"][0]
     t_new = timed["gradflow simulate_batch"][0]
     t_old = old["diffrax Dopri8 (stage loop)"][0]
     t_scipy = timed["SciPy loop"][0] * B / B_scipy
@@ -176,12 +166,12 @@ def bench_per_call(q, R) -> list:
             traj = gradflow.simulate(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=atol)
             return np.asarray(traj.a), int(traj.num_steps)
 
-        res = _medians({"simulate": sim, "bare": lambda rtol=rtol, atol=atol: bare(rtol, atol),
+        res = interleaved_medians({"simulate": sim, "bare": lambda rtol=rtol, atol=atol: bare(rtol, atol),
                         "lsoda": lambda rtol=rtol, atol=atol: scipy_flow(V0, a0, bs, ts, "LSODA", rtol, atol)}, R(30))
         # LSODA at the next tighter tolerance too: "equal accuracy" compares against the SciPy run
         # whose error is at most gradflow's
         tighter = rtol / 10
-        lsoda_t, (a_t, _) = _medians({"x": lambda: scipy_flow(V0, a0, bs, ts, "LSODA", tighter, tighter / 100)},
+        lsoda_t, (a_t, _) = interleaved_medians({"x": lambda: scipy_flow(V0, a0, bs, ts, "LSODA", tighter, tighter / 100)},
                                      R(10))["x"]
         (t_sim, (a_sim, steps)), (t_bare, (a_bare, _)), (t_ls, (a_ls, nfev)) = res["simulate"], res["bare"], res["lsoda"]
         e_sim, e_ls, e_ls_t = err(a_sim), err(a_ls), err(a_t)
