@@ -160,13 +160,22 @@ def bare_diffrax(loss, V0, a0, ts):
     return run
 
 
-def bench_tolerances(q, R):
+def tolerance_case():
+    """The accuracy-vs-time case of the tolerance benchmarks: Fig. 2's draws to t = 1e12 at 41 save
+    times, the error of a solution against SciPy Radau at rtol 1e-13, and the bare diffrax solve.
+
+    Returns ``(V0, a0, beta_star, ts, err, loss, bare)``: ``err(a)`` is the max abs error of the
+    saved logits ``a`` (shape ``(41, n)``); ``bare(rtol, atol)`` the :func:`bare_diffrax` run."""
     V0, a0, bs = fig2_draws()
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e12, 40)])
     _, a_ref, _ = ref.integrate(V0, a0, ref.logistic_residual(bs), ts, rtol=1e-13, atol=1e-15)
     err = lambda a: float(np.max(np.abs(np.asarray(a) - a_ref)))
     loss = gradflow.LogisticTeacher(bs)
-    bare = bare_diffrax(loss, V0, a0, ts)
+    return V0, a0, bs, ts, err, loss, bare_diffrax(loss, V0, a0, ts)
+
+
+def bench_tolerances(q, R):
+    V0, a0, bs, ts, err, loss, bare = tolerance_case()
     rows = []
     for rtol in q((1e-8, 1e-10, 1e-11), (1e-8, 1e-11)):
         flow(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=rtol / 100)

@@ -147,17 +147,11 @@ def bench_batch(q, R) -> dict:
 # ----------------------------------------------------------------------------- per-call overhead
 def bench_per_call(q, R) -> list:
     import gradflow
-    from benchmarks import reference as ref
 
-    from .__main__ import bare_diffrax, fig2_draws
+    from .__main__ import tolerance_case
     from .baselines import scipy_flow
 
-    V0, a0, bs = fig2_draws()
-    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e12, 40)])
-    _, a_ref, _ = ref.integrate(V0, a0, ref.logistic_residual(bs), ts, rtol=1e-13, atol=1e-15)
-    err = lambda a: float(np.max(np.abs(np.asarray(a) - a_ref)))
-    loss = gradflow.LogisticTeacher(bs)
-    bare = bare_diffrax(loss, V0, a0, ts)
+    V0, a0, bs, ts, err, loss, bare = tolerance_case()
     rows = []
     for rtol in q((1e-8, 1e-10, 1e-11), (1e-8,)):
         atol = rtol / 100

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import gradflow
+from gradflow.sims.draws import fig2_init
+from gradflow.sims.grids import flow_times, gd_record
 
 
 def long_run_config(quick: bool, flow_points: int, **extra) -> dict:
@@ -25,6 +27,23 @@ def long_run_config(quick: bool, flow_points: int, **extra) -> dict:
         "gd_snapshots": 300,
         **extra,
     }
+
+
+def long_run(cfg: dict, advance) -> tuple:
+    """Fig. 2's draw, its logistic teacher, the flow and the GD twin of :func:`long_run_config`'s
+    settings ``cfg`` (calls ``advance("flow")`` and ``advance("gd")`` after each).
+
+    Returns ``(beta_star, loss, flow, gd)``: ``beta_star (n,)``, the :class:`gradflow.LogisticTeacher`,
+    the flow :class:`gradflow.Trajectory` (saves log-spaced from ``t = 1e-2``) and the GD one."""
+    V0, a0, beta_star = fig2_init(cfg["seed"], cfg["n"])
+    loss = gradflow.LogisticTeacher(beta_star)
+    flow = gradflow.simulate(loss, V0, a0, t1=cfg["t1"], ts=flow_times(cfg["t1"], cfg["flow_points"], t_min=1e-2),
+                             rtol=cfg["rtol"], atol=cfg["atol"])
+    advance("flow")
+    gd = gradflow.descend(loss, V0, a0, lr=cfg["lr"], steps=cfg["gd_steps"],
+                          record=gd_record(cfg["gd_steps"], cfg["gd_snapshots"]))
+    advance("gd")
+    return beta_star, loss, flow, gd
 
 
 def valid_arrays(traj: gradflow.Trajectory, *names: str) -> list[np.ndarray]:

@@ -22,15 +22,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-import gradflow
 from gradflow.theory.experiments import lanes, logistic_trials
 from gradflow.theory.polarisation import ratio_bound
 
 from gradflow.sims import style
-from gradflow.sims.beyond._helpers import long_run_config, require_ok
-from gradflow.sims.grids import flow_times, gd_record
+from gradflow.sims.beyond._helpers import long_run, long_run_config, require_ok
 from gradflow.sims._common import phases, thin
-from gradflow.sims.draws import fig2_init
 from gradflow.sims.build import Figure
 
 
@@ -64,15 +61,8 @@ def exponent_ratio(lane: dict, delta: float) -> np.ndarray:
 
 
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
-    V0, a0, b = fig2_init(cfg["seed"], cfg["n"])
-    loss = gradflow.LogisticTeacher(b)
     with phases(["flow", "gd", "sweep"], progress, "bound") as advance:
-        flow = gradflow.simulate(loss, V0, a0, t1=cfg["t1"], ts=flow_times(cfg["t1"], cfg["flow_points"], t_min=1e-2),
-                                 rtol=cfg["rtol"], atol=cfg["atol"])
-        advance("flow")
-        gd = gradflow.descend(loss, V0, a0, lr=cfg["lr"], steps=cfg["gd_steps"],
-                              record=gd_record(cfg["gd_steps"], cfg["gd_snapshots"]))
-        advance("gd")
+        b, loss, flow, gd = long_run(cfg, advance)
         sweep = [tr for tr, _, _ in logistic_trials(cfg["sweep_trials"], cfg["sweep_seed"])]
         advance("sweep")
     require_ok("bound", flow=flow, gd=gd, **{f"sweep{k}": tr for k, tr in enumerate(sweep)})

@@ -15,15 +15,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.lines import Line2D
 
-import gradflow
 from gradflow.theory.experiments import lanes
 from gradflow.theory.polarisation import asymptotic_fits
 
 from gradflow.sims import style
-from gradflow.sims.beyond._helpers import long_run_config, one_minus_top, require_ok, valid_arrays
-from gradflow.sims.grids import flow_times, gd_record
+from gradflow.sims.beyond._helpers import long_run, long_run_config, one_minus_top, require_ok, valid_arrays
 from gradflow.sims._common import phases, thin
-from gradflow.sims.draws import fig2_init
 from gradflow.sims.build import Figure
 
 PAPER_GD_END = 1e5
@@ -35,15 +32,8 @@ def config(quick: bool) -> dict:
 
 
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
-    V0, a0, beta_star = fig2_init(cfg["seed"], cfg["n"])
-    loss = gradflow.LogisticTeacher(beta_star)
     with phases(["flow", "gd"], progress, "long-horizon") as advance:
-        flow = gradflow.simulate(loss, V0, a0, t1=cfg["t1"], ts=flow_times(cfg["t1"], cfg["flow_points"], t_min=1e-2),
-                                 rtol=cfg["rtol"], atol=cfg["atol"])
-        advance("flow")
-        gd = gradflow.descend(loss, V0, a0, lr=cfg["lr"], steps=cfg["gd_steps"],
-                              record=gd_record(cfg["gd_steps"], cfg["gd_snapshots"]))
-        advance("gd")
+        beta_star, loss, flow, gd = long_run(cfg, advance)
     require_ok("long-horizon", flow=flow, gd=gd)
     t, s, a, u, H, G, L = valid_arrays(flow, "t", "s", "a", "u", "entropy", "Gamma", "loss")
     top = int(np.argmax(u[0]))

@@ -36,6 +36,13 @@ def config(quick: bool) -> dict:
     }
 
 
+def _append_run(out: dict, prefix: str, loss, run) -> None:
+    """Append one run's logits, weights, loss and gradient norms to ``out[prefix + key]``."""
+    gW, ga = grad_norms(loss, run.V, run.a)
+    for key, val in (("a", run.a), ("s", run.s), ("loss", run.loss), ("grad_W", gW), ("grad_a", ga)):
+        out[prefix + key].append(np.asarray(val))
+
+
 def compute(cfg: dict, progress: bool = False, with_gd: bool = True) -> dict[str, np.ndarray]:
     """Flow (and GD unless ``with_gd=False``) for every κ. Arrays are stacked over κ (axis 0).
 
@@ -55,24 +62,14 @@ def compute(cfg: dict, progress: bool = False, with_gd: bool = True) -> dict[str
             flow = gradflow.simulate(loss, W0, a0, t1=cfg["t1"], ts=ts, rtol=cfg["rtol"], atol=cfg["atol"])
             if flow.status != "ok":
                 raise RuntimeError(f"conditioning κ={kappa}: flow status {flow.status} at t={float(flow.t_end):g}")
-            gW, ga = grad_norms(loss, flow.V, flow.a)
-            out["a"].append(np.asarray(flow.a))
-            out["s"].append(np.asarray(flow.s))
-            out["loss"].append(np.asarray(flow.loss))
-            out["grad_W"].append(gW)
-            out["grad_a"].append(ga)
+            _append_run(out, "", loss, flow)
             out["flow_steps"].append(int(flow.num_steps))
             out["flow_status"].append(int(flow.status_code))
             if with_gd:
                 gd = gradflow.descend(loss, W0, a0, lr=cfg["lr"], steps=cfg["gd_steps"], record=record)
                 if gd.status != "ok":
                     raise RuntimeError(f"conditioning κ={kappa}: GD status {gd.status}")
-                gW, ga = grad_norms(loss, gd.V, gd.a)
-                out["gd_a"].append(np.asarray(gd.a))
-                out["gd_s"].append(np.asarray(gd.s))
-                out["gd_loss"].append(np.asarray(gd.loss))
-                out["gd_grad_W"].append(gW)
-                out["gd_grad_a"].append(ga)
+                _append_run(out, "gd_", loss, gd)
             advance(f"kappa={kappa}")
     data = {k: np.asarray(v) for k, v in out.items()}
     data["t"] = ts
