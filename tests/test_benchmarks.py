@@ -7,6 +7,7 @@ import pytest
 from benchmarks.__main__ import main
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_quick_benchmark_writes_the_report(tmp_path):
     out = tmp_path / "RESULTS.md"
     assert main(["--quick", "--out", str(out)]) == 0

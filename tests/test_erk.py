@@ -63,6 +63,7 @@ def test_vmapped_solve_matches_closed_form_and_dopri8():
     np.testing.assert_allclose(ys, ys_d, rtol=1e-8)  # dense output (7th order) between few, long steps
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_engine_with_unrolled_stages_matches_single_runs(monkeypatch):
     """The engine's batched path with the unrolled stages (forced at 3 lanes) against single
     runs (diffrax's own Dopri8, no vmap), as ``tests/test_simulate.py`` checks the default path."""

@@ -43,6 +43,7 @@ def test_no_recompilation_across_tolerances_horizons_seeds_and_ts(monkeypatch):
         gradflow.simulate_batch(losses, V0s, a0s, t1=1e3, ts=np.geomspace(1e-3, 1e3, 18))
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
     """Rounds of R steps: lanes that finish within R steps stop there (same steps and numbers as
     one round of ``max_steps``, the old behaviour), and the next round computes only the lanes
@@ -117,6 +118,7 @@ print(json.dumps(dict(devices=jax.device_count(), sharded_over=len(many.V.shardi
 """
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_sweep_on_simulated_devices_equals_one_device():
     """4 simulated CPU devices (the flag must precede the import of jax: a subprocess)."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
@@ -166,6 +168,7 @@ def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
     assert not any(name.startswith("jit__first_round") for name in listed["control"]), listed
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_first_round_in_chunks_equals_one_solve(monkeypatch):
     """More lanes than one solve takes: the first round runs in chunks (the last one padded),
     whose results are concatenated, and lanes still running continue in later rounds. Same

@@ -51,6 +51,7 @@ def test_logistic_matches_scipy_to_1e12(logistic_reference):
     np.testing.assert_allclose(traj.entropy, -(sr * np.log(sr)).sum(1), rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_square_design_kappa5_matches_scipy():
     W, a, X, y = conditioning_problem(5.0)
     # the paper's horizon: GD lr 1e-3 for 3e5 iterations = flow time 300
@@ -125,7 +126,7 @@ def test_t1_1e30_finishes_in_under_500_steps():
     assert float(np.max(traj.s[-1])) > 0.999
 
 
-@pytest.mark.parametrize("case", ["logistic", "square-kappa5"])
+@pytest.mark.parametrize("case", ["logistic", pytest.param("square-kappa5", marks=pytest.mark.slow)])
 def test_tightening_rtol_1000x_costs_at_most_3x_steps(case):
     if case == "logistic":
         V0, a0, bs = fig2_problem()

@@ -222,6 +222,7 @@ def test_hold_step_keeps_the_step_only_when_it_would_barely_grow():
     assert seen == {"held", "grown", "shrunk"}, seen
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_ros34pw2_alone_matches_radau():
     """``solver="ros34pw2"`` from t = 0 on a small stiff draw, against SciPy Radau (rtol 1e-12)."""
     W0, a0, X, y, loss = _square_draw(5, 3)

@@ -66,6 +66,7 @@ def test_sweep_store_resumes_only_the_missing_chunk(tmp_path, capsys, monkeypatc
     assert not np.allclose(resumed.sel(t1=1e5, seed=3)["s"].values.squeeze(), direct.s)  # another seed differs
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_sweep_pads_smaller_sizes_with_nan(tmp_path):
     """A grid over n stores every run in one array, padded to the largest n: the padding is NaN,
     the run's own entries are finite and sum to 1 (weights)."""

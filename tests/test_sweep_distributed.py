@@ -63,6 +63,7 @@ def _assert_same(store, single):
     assert ds["done"].values.all()
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_two_processes_write_the_single_process_store(tmp_path):
     out = tmp_path / "sw.zarr"
     codes, results = _both(out, SMALL)

@@ -44,6 +44,7 @@ def _stderr(mode: str) -> str:
     return out.stderr
 
 
+@pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_batched_solve_compiles_without_simplifier_loop_message():
     control = _stderr("constant")
     if MESSAGE not in control:
