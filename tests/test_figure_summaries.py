@@ -357,9 +357,189 @@ def test_massive_summary_against_scipy_tied_flow_and_numpy_gd(tmp_path):
         assert got["gd_max_alpha_final"] == pytest.approx(ref.softmax(Ug @ ag).max(), rel=1e-13), D  # <= 2.2e-16
 
 
-@pytest.mark.slow
-def test_max_margin_builds_quick_with_files_and_finite_data(tmp_path):
-    """No independent reference here: the att-SVM the figure compares with is checked against an
-    independent NNLS formulation in ``tests/test_maxmargin.py``."""
-    summary, _, _ = _build("max-margin", tmp_path)
-    assert summary
+
+
+# ----------------------------------------------------------------------------- max-margin
+
+_ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+_FIGURES = _ROOT / "figures"
+
+
+def _mm_draw(seed, n=3, T=4, d=10, opt_score=1.0, other_score=0.5):
+    """A max-margin draw by hand, as ``gradflow.maxmargin.token_selection_data`` documents it
+    (NumPy ``default_rng(seed)``): unit ``v``, labels ``±1``, ``opt`` uniform, tokens
+    ``x_it = Y_i γ_it v + ξ_it`` with ``ξ ~ N(0, I)`` projected orthogonally to ``v``, ``γ_{i,opt} = 1``,
+    the other scores ``0.5``. The figure's draw ``k`` is seed ``1000·seed + k``."""
+    rng = np.random.default_rng(seed)
+    v = rng.normal(size=d)
+    v /= np.linalg.norm(v)
+    Y = rng.choice([-1.0, 1.0], size=n)
+    opt = rng.integers(T, size=n)
+    gamma = np.full((n, T), other_score)
+    gamma[np.arange(n), opt] = opt_score
+    xi = rng.normal(size=(n, T, d))
+    xi -= (xi @ v)[..., None] * v
+    return (Y[:, None] * gamma)[..., None] * v + xi, Y, v, opt
+
+
+def _min_norm_scipy(A):
+    """``argmin ‖w‖ s.t. A w ≥ 1`` by SciPy SLSQP (ftol 1e-12), polished on its active set
+    (``w = A_aᵀ (A_a A_aᵀ)⁻¹ 1``) with the KKT conditions asserted: duals > 0, every constraint held."""
+    from scipy.optimize import minimize
+
+    res = minimize(lambda w: 0.5 * w @ w, np.zeros(A.shape[1]), jac=lambda w: w, method="SLSQP",
+                   constraints=[{"type": "ineq", "fun": lambda w: A @ w - 1, "jac": lambda w: A}],
+                   options={"ftol": 1e-12, "maxiter": 1000})
+    assert res.success, res.message
+    act = A @ res.x - 1 < 1e-6
+    lam = np.linalg.solve(A[act] @ A[act].T, np.ones(act.sum()))
+    w = A[act].T @ lam
+    assert lam.min() > 0 and (A @ w).min() > 1 - 1e-12, (lam, A @ w)
+    assert np.linalg.norm(w - res.x) < 1e-6 * np.linalg.norm(w)  # SLSQP agrees before polishing
+    return w
+
+
+def _att_svm_scipy(X, opt):
+    """The att-SVM ``p_mm = argmin ‖p‖ s.t. (x_{i,opt_i} − x_it)ᵀ p ≥ 1`` (Tarzanagh et al. 2023)."""
+    A = np.concatenate([X[i, opt[i]] - np.delete(X[i], opt[i], axis=0) for i in range(len(X))])
+    return _min_norm_scipy(A)
+
+
+def _mm_grads(p, v, X, Y):
+    """``(∂L/∂p, ∂L/∂v)`` of ``L = (1/n) Σ log(1 + exp(−Y_i vᵀX_iᵀ softmax(X_i p)))`` by hand; the
+    softmax Jacobian times ``g = X_i v`` as ``s_u Σ_t s_t (g_u − g_t)`` (no cancellation when ``s`` is
+    one-hot to round-off, as it is at t = 1e30)."""
+    gp, gv = np.zeros_like(p), np.zeros_like(v)
+    for Xi, Yi in zip(X, Y):
+        z = Xi @ p
+        s = np.exp(z - z.max())
+        s /= s.sum()
+        g = Xi @ v
+        r = -Yi / (1.0 + np.exp(Yi * (s @ g)))  # ℓ'(Y f) Y
+        gp += r * (Xi.T @ (s * ((g[:, None] - g[None, :]) * s[None, :]).sum(1)))
+        gv += r * (Xi.T @ s)
+    return gp / len(X), gv / len(X)
+
+
+def _mm_flow(X, Y, v, ts, joint=False):
+    """The flow ``d(p[, v])/dt = −∇L`` from ``p = 0`` at the save times ``ts`` (``ts[0] = 0``):
+    SciPy DOP853 (rtol 1e-13) to ``ts[1]``, then in ``τ = log t`` (``d/dτ = t·d/dt``, rtol 1e-12)."""
+    from scipy.integrate import solve_ivp
+
+    d = X.shape[2]
+
+    def rhs(y):
+        gp, gv = _mm_grads(y[:d], y[d:] if joint else v, X, Y)
+        return -np.concatenate([gp, gv]) if joint else -gp
+
+    y0 = np.concatenate([np.zeros(d), v]) if joint else np.zeros(d)
+    head = solve_ivp(lambda t, y: rhs(y), (0.0, ts[1]), y0, method="DOP853", rtol=1e-13, atol=1e-16)
+    tail = solve_ivp(lambda tau, y: np.exp(tau) * rhs(y), (np.log(ts[1]), np.log(ts[-1])), head.y[:, -1],
+                     t_eval=np.log(ts[1:]), method="DOP853", rtol=1e-12, atol=1e-14)
+    assert head.success and tail.success
+    Y_ = np.concatenate([y0[None], tail.y.T])
+    return (Y_[:, :d], Y_[:, d:]) if joint else Y_
+
+
+def _mm_gd(X, Y, v, lr, updates, normalised):
+    """Plain (or normalised: ``p ← p − lr·g/(‖g‖ + 1e-12)``) GD on ``L(p)`` from ``p = 0``, NumPy."""
+    p = np.zeros(X.shape[2])
+    for _ in range(updates):
+        g, _ = _mm_grads(p, v, X, Y)
+        p = p - lr * (g / (np.linalg.norm(g) + 1e-12) if normalised else g)
+    return p
+
+
+def _omc(P, ref):
+    """``1 − cos(p, ref)`` per row of ``P``."""
+    P = np.atleast_2d(P)
+    return 1.0 - P @ ref / (np.linalg.norm(P, axis=1) * np.linalg.norm(ref))
+
+
+def _nearest(t, t0):
+    return int(np.argmin(np.abs(np.log(np.maximum(t, 1e-300)) - np.log(t0))))
+
+
+def _check_max_margin(summary, data, cfg, draws, joint, value_softmax):
+    """The max-margin figure's summary (and ``p_mm_norm``) against SciPy/NumPy for the draws ``draws``,
+    the joint flow if ``joint``, the value-softmax flows of the seeds ``value_softmax``."""
+    t = data["t"]
+    for b in draws:
+        X, Y, v, opt = _mm_draw(1000 * cfg["seed"] + b)
+        p_mm = _att_svm_scipy(X, opt)
+        assert data["p_mm_norm"][b] == pytest.approx(np.linalg.norm(p_mm), rel=1e-14), b  # measured <= 8.9e-16
+        P = _mm_flow(X, Y, v, t)
+        err = _omc(P[1:], p_mm)
+        for key, t0 in (("1e4", 1e4), ("1e12", 1e12), ("1e30", 1e30)):
+            got = summary[f"flow_one_minus_cos_{key}"][b]
+            assert got == pytest.approx(err[_nearest(t[1:], t0)], rel=3e-9), (b, key)  # measured <= 3.1e-10
+        norm = np.linalg.norm(P, axis=1)
+        assert summary["flow_norm_1e30"][b] == pytest.approx(norm[-1], rel=5e-11), b  # measured <= 5.2e-12
+        # 1 − cos ∝ (log t)^(−k): least squares over t >= 1e6; ‖p‖ against log t over t >= t1·1e-10
+        keep = t[1:] >= 1e6
+        k = -np.polyfit(np.log(np.log(t[1:][keep])), np.log(err[keep]), 1)[0]
+        assert summary["flow_rate_k"][b] == pytest.approx(k, rel=5e-10), b  # measured <= 4.0e-11
+        w = t >= cfg["t1"] * 1e-10
+        slope = np.polyfit(np.log(t[w]), norm[w], 1)[0] / np.linalg.norm(p_mm)
+        assert summary["flow_norm_slope_over_p_mm_norm"][b] == pytest.approx(slope, rel=1e-10), b  # measured <= 7.1e-12
+        # GD: the figure records the iterates p_0 … p_{gd_steps−1}; its "step1000" is p_999
+        n_up = cfg["gd_steps"] - 1
+        p_gd = _mm_gd(X, Y, v, cfg["gd_lr"], n_up, False)
+        assert summary["gd_lr1_one_minus_cos_step1000"][b] == pytest.approx(_omc(p_gd, p_mm)[0], rel=1e-12), b  # 1e-14
+        p_ngd = _mm_gd(X, Y, v, cfg["ngd_lr"], n_up, True)
+        assert summary["ngd_lr0.1_one_minus_cos_step1000"][b] == pytest.approx(_omc(p_ngd, p_mm)[0], rel=1e-11), b  # 9.6e-13
+        assert summary["ngd_norm_step1000"][b] == pytest.approx(np.linalg.norm(p_ngd), rel=1e-13), b  # 2.2e-16
+        if b == draws[0]:  # controls: the att-SVM of a wrong selection; one GD update more
+            wrong = _att_svm_scipy(X, (opt + 1) % X.shape[1])
+            assert _omc(P[-1], wrong)[0] > 1e3 * summary["flow_one_minus_cos_1e30"][b]
+            p_more = p_gd - cfg["gd_lr"] * _mm_grads(p_gd, v, X, Y)[0]
+            assert abs(_omc(p_more, p_mm)[0] / summary["gd_lr1_one_minus_cos_step1000"][b] - 1) > 1e-6
+    for b in range(joint):  # the joint (p, v) flow against the att-SVM and the value SVM of its end selection
+        X, Y, v, opt = _mm_draw(1000 * cfg["seed"] + b)
+        P, V = _mm_flow(X, Y, v, t, joint=True)
+        sel = np.argmax(X @ P[-1], axis=1)
+        assert summary["joint_selection_changed_samples"][b] == int(np.sum(sel != opt)), b
+        p_svm = _att_svm_scipy(X, sel)
+        v_svm = _min_norm_scipy(Y[:, None] * X[np.arange(len(X)), sel])  # min ‖v‖ s.t. Y_i vᵀx_{i,sel_i} >= 1
+        assert summary["joint_p_one_minus_cos_1e30"][b] == pytest.approx(_omc(P[-1], p_svm)[0], rel=5e-11), b  # 3.8e-12
+        assert summary["joint_v_one_minus_cos_1e30"][b] == pytest.approx(_omc(V[-1], v_svm)[0], rel=1e-10), b  # 7.5e-12
+    vt = data["vs_t"]
+    for b, seed in enumerate(value_softmax):  # paper Fig. 2's logits against the att-SVM of X = I
+        V0, a0, beta = _fig2_draws(seed, 8)
+        _, A, _ = ref.integrate(V0, a0, ref.logistic_residual(beta), vt)
+        w = int(np.argmax(A[-1]))
+        e_w = _min_norm_scipy(np.eye(8)[w] - np.delete(np.eye(8), w, axis=0))
+        np.testing.assert_allclose(e_w, np.eye(8)[w] - 1 / 8, atol=1e-14)  # closed form e_w − 1/n
+        err = _omc(A[1:], e_w)
+        assert summary["value_softmax_one_minus_cos_1e4"][b] == pytest.approx(err[_nearest(vt[1:], 1e4)], rel=1e-6)  # 7.3e-8
+        assert summary["value_softmax_one_minus_cos_1e30"][b] == pytest.approx(err[-1], rel=5e-8)  # 5.2e-9
+        keep = vt[1:] >= 1e6
+        k = -np.polyfit(np.log(np.log(vt[1:][keep])), np.log(err[keep]), 1)[0]
+        assert summary["value_softmax_rate_k"][b] == pytest.approx(k, rel=2e-8)  # 1.6e-9
+
+
+def test_committed_max_margin_summary_against_scipy_svm_flow_and_numpy_gd():
+    """The committed paper-scale figure (``figures/max-margin.*``), its first two draws, the joint flow
+    of draw 0 and the value-softmax flow of seed 123 (a few seconds)."""
+    meta = json.loads((_FIGURES / "max-margin.json").read_text())
+    with np.load(_FIGURES / "max-margin.npz") as z:
+        data = {k: z[k] for k in z.files}
+    cfg = meta["config"]
+    _check_max_margin(meta["summary"], data, cfg, draws=[0, 1], joint=1, value_softmax=cfg["vs_seeds"][:1])
+
+
+@pytest.mark.slow  # ~40 s: eight draws to t = 1e30, four joint flows, eight value-softmax flows
+def test_committed_max_margin_summary_every_draw():
+    meta = json.loads((_FIGURES / "max-margin.json").read_text())
+    with np.load(_FIGURES / "max-margin.npz") as z:
+        data = {k: z[k] for k in z.files}
+    cfg = meta["config"]
+    _check_max_margin(meta["summary"], data, cfg, draws=list(range(cfg["draws"])), joint=cfg["joint_draws"],
+                      value_softmax=cfg["vs_seeds"])
+
+
+@pytest.mark.slow  # ~90 s: the quick build
+def test_max_margin_quick_build_against_scipy_svm_flow_and_numpy_gd(tmp_path):
+    summary, data, cfg = _build("max-margin", tmp_path)
+    _check_max_margin(summary, data, cfg, draws=list(range(cfg["draws"])), joint=cfg["joint_draws"],
+                      value_softmax=cfg["vs_seeds"])
