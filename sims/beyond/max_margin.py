@@ -88,7 +88,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
         out["flow_norm"] = np.linalg.norm(P, axis=2)
         out["flow_steps"] = np.asarray(sol.num_steps)
         advance("flow")
-        k = np.arange(cfg["gd_steps"])
+        k = np.arange(cfg["gd_steps"] + 1)  # the iterates p_0 … p_{gd_steps} (gd_steps updates)
         gd_err, gd_norm = {}, {}
         for name, lr, norm in (("gd", cfg["gd_lr"], False), ("ngd", cfg["ngd_lr"], True)):
             ps = jax.vmap(_gd, in_axes=(0, 0, None, None, None))(jnp.zeros((len(datas), d)), stacked, lr, norm, jnp.asarray(k))
@@ -166,7 +166,8 @@ def summary(data: dict, cfg: dict) -> dict:
         "joint_selection_changed_samples": data["joint_selection_changed"].tolist(),
         "joint_steps": data["joint_steps"].tolist(),
         "value_softmax_one_minus_cos_1e4": at(data["vs_err"], 1e4, data["vs_t"]),
-        "value_softmax_one_minus_cos_1e30": at(data["vs_err"], 1e30, data["vs_t"]),
+        "value_softmax_t1": float(cfg["vs_t1"]),
+        "value_softmax_one_minus_cos_t1": at(data["vs_err"], cfg["vs_t1"], data["vs_t"]),
         "value_softmax_rate_k": _rates(data["vs_t"], data["vs_err"]).tolist(),
     }
 
@@ -219,4 +220,5 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     summary=summary,
+    version=2,  # 2: GD keys at p_{gd_steps} (was p_{gd_steps - 1}); value-softmax at its own t1
 )
