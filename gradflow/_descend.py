@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import ArrayLike, Float
+from jaxtyping import ArrayLike, Real
 
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int, check_time_resolution
@@ -97,8 +97,8 @@ def _check_gd(lr, steps, optimizer, record):
 
 def descend(
     loss: AbstractLoss,
-    V0: Float[ArrayLike, "d n"],
-    a0: Float[ArrayLike, "..."],
+    V0: Real[ArrayLike, "d n"],
+    a0: Real[ArrayLike, "..."],
     *,
     lr: float,
     steps: int,

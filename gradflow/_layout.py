@@ -13,7 +13,7 @@ is refused with an ImportError by the folders' own ``__init__``.
 from __future__ import annotations
 
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import os
 import sys
 
@@ -36,8 +36,19 @@ class _SourceFinder(importlib.abc.MetaPathFinder):
         init = os.path.join(self.root, folder, "__init__.py")
         if not os.path.isfile(init):
             return None
-        return importlib.util.spec_from_file_location(
-            fullname, init, submodule_search_locations=[os.path.join(self.root, folder)])
+        # The folder's name is the subpackage's last name part, so the import system's own path
+        # search finds it given the repository root as the search path. Import hooks that wrap
+        # that search (jaxtyping's, switched on in the test run) come before the PathFinder in
+        # sys.meta_path; asking them first lets them instrument the subpackages' __init__ too.
+        for finder in sys.meta_path:
+            if finder is importlib.machinery.PathFinder:
+                break
+            if isinstance(finder, _SourceFinder) or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, [self.root], target)
+            if spec is not None and spec.origin == init:
+                return spec
+        return importlib.machinery.PathFinder.find_spec(fullname, [self.root], target)
 
 
 def install_source_finder(package_dir: str) -> bool:

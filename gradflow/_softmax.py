@@ -33,7 +33,7 @@ import operator
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._errors import bad_arg
 
@@ -105,7 +105,7 @@ def _log_softmax_jvp(axis, primals, tangents):
     return y, u * off + onehot * _sum(d * t, axis)
 
 
-def softmax(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:
+def softmax(x: Float[ArrayLike, "..."], axis: int = -1) -> Float[Array, "..."]:
     """Softmax along ``axis``, a drop-in for :func:`jax.nn.softmax` whose derivatives stay exact
     to rounding when one weight is within float epsilon of ``1``.
 
@@ -127,7 +127,7 @@ def softmax(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:
     return _softmax(jnp.asarray(x), ax)
 
 
-def log_softmax(x: Float[Array, "..."], axis: int = -1) -> Float[Array, "..."]:
+def log_softmax(x: Float[ArrayLike, "..."], axis: int = -1) -> Float[Array, "..."]:
     """Log-softmax along ``axis``, a drop-in for :func:`jax.nn.log_softmax` with the centred
     derivatives of :func:`softmax` (the top entry's derivative ``1 − s_m`` is formed as
     ``Σ_{j≠m} s_j``; JAX's rounds to ``0`` at logit gaps ≳ 37 in float64).

@@ -143,8 +143,9 @@ def _check_statement(check_id: str) -> str:
 
 
 def _cmd_check(args) -> int:
-    from gradflow.theory import check_ids, get_check, run_checks
+    from gradflow.theory import canonical_id, check_ids, get_check, run_checks
 
+    args.ids = [canonical_id(cid) for cid in args.ids]  # a deprecated id: a DeprecationWarning, then the new id
     if args.list:
         ids = args.ids or check_ids()
         for cid in ids:

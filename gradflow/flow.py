@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from . import maps as _maps
 from .losses import AbstractLoss
@@ -76,7 +76,7 @@ def _l1_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Arr
     z, logits_vjp = jax.vjp(model.logits, V, a)
     zt = z / model.temperature
     m = jnp.abs(zt)
-    gV, gm = jax.grad(lambda V_, m_: model.loss_of_weights(loss, V_, _maps._normalise(m_)), argnums=(0, 1))(V, m)
+    gV, gm = jax.grad(lambda V_, m_: model.loss_of_weights(loss, V_, _maps._normalize(m_)), argnums=(0, 1))(V, m)
     side = jnp.where(zt < 0, -1.0, 1.0).astype(z.dtype)
     at_kink = m <= KINK_BAND * jnp.max(m, axis=-1, keepdims=True)
     gz = jnp.where(at_kink & (gm > 0), 0.0, side * gm) / model.temperature
@@ -91,12 +91,12 @@ def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:
     return dV, da, model.gamma(loss, V, a)
 
 
-def t_of_tau(tau: Float[Array, "..."]) -> Float[Array, "..."]:
+def t_of_tau(tau: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
     """Flow time ``t = exp(τ) − 1``."""
     return jnp.expm1(tau)
 
 
-def tau_of_t(t: Float[Array, "..."]) -> Float[Array, "..."]:
+def tau_of_t(t: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
     """Log time ``τ = log(1 + t)``."""
     return jnp.log1p(t)
 

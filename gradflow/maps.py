@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from ._errors import bad_arg
 from ._softmax import softmax as _centred_softmax
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 
-def _normalise(num: Float[Array, "... n"]) -> Float[Array, "... n"]:
+def _normalize(num: Float[Array, "... n"]) -> Float[Array, "... n"]:
     """``num / Σ num`` over the last axis, ``NaN`` where the sum is exactly zero."""
     den = jnp.sum(num, axis=-1, keepdims=True)
     zero = den == 0
@@ -75,22 +75,22 @@ def softmax_vjp(s: Float[Array, "... n"], g: Float[Array, "... n"]) -> Float[Arr
 
 def l1(z):
     """``|z| / Σ |z|``."""
-    return _normalise(jnp.abs(z))
+    return _normalize(jnp.abs(z))
 
 
 def signed_sum(z):
     """``z / Σ z`` (signed; singular where ``Σ z = 0``)."""
-    return _normalise(z)
+    return _normalize(z)
 
 
 def l2(z):
     """``z² / Σ z²``."""
-    return _normalise(z * z)
+    return _normalize(z * z)
 
 
 def relu_norm(z):
     """``relu(z) / Σ relu(z)``."""
-    return _normalise(jax.nn.relu(z))
+    return _normalize(jax.nn.relu(z))
 
 
 def sigmoid(z):
@@ -100,7 +100,7 @@ def sigmoid(z):
 
 def sigmoid_norm(z):
     """``σ(z) / Σ σ(z)``."""
-    return _normalise(jax.nn.sigmoid(z))
+    return _normalize(jax.nn.sigmoid(z))
 
 
 def elu_plus_one(z):
@@ -110,7 +110,7 @@ def elu_plus_one(z):
 
 def elu_norm(z):
     """``(elu(z) + 1) / Σ (elu(z) + 1)``."""
-    return _normalise(jax.nn.elu(z) + 1.0)
+    return _normalize(jax.nn.elu(z) + 1.0)
 
 
 def linear(z):
@@ -164,7 +164,7 @@ def get_map(name: str) -> Callable[[Array], Array]:
 
 
 def apply_map(
-    a: Float[Array, "... n"], normalization: str = "softmax", temperature: float | Float[Array, ""] = 1.0
+    a: Float[ArrayLike, "... n"], normalization: str = "softmax", temperature: float | Float[ArrayLike, ""] = 1.0
 ) -> Float[Array, "... n"]:
     """Weights ``map(a / temperature)`` over the last axis.
 
@@ -184,7 +184,7 @@ def apply_map(
     return fn(a / temperature)
 
 
-def softmax_entropy(a: Float[Array, "... n"], temperature: float | Float[Array, ""] = 1.0) -> Float[Array, "..."]:
+def softmax_entropy(a: Float[ArrayLike, "... n"], temperature: float | Float[ArrayLike, ""] = 1.0) -> Float[Array, "..."]:
     """Entropy (nats) of ``softmax(a / T)`` computed from logits (docs: Solvers and statuses, numerical rules).
 
     ``H = −Σ exp(logp)·logp`` with ``logp = log_softmax(a / T)``; value and gradient stay
@@ -194,7 +194,7 @@ def softmax_entropy(a: Float[Array, "... n"], temperature: float | Float[Array, 
     return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
 
 
-def weights_entropy(s: Float[Array, "... n"]) -> Float[Array, "..."]:
+def weights_entropy(s: Float[ArrayLike, "... n"]) -> Float[Array, "..."]:
     """Entropy (nats) of ``|s| / Σ|s|`` (the normalised magnitudes of the weights).
 
     Used for maps other than softmax (for non-negative maps this is the entropy of the

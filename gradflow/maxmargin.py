@@ -31,7 +31,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int
 
 from ._errors import bad_arg
 from ._softmax import softmax
@@ -200,13 +200,13 @@ def token_selection_data(
     return TokenData(X, Y, v, opt.astype(np.int32), Z)
 
 
-def scores(data: TokenData, v: Float[Array, " d"] | None = None) -> Float[Array, "n T"]:
+def scores(data: TokenData, v: Float[ArrayLike, " d"] | None = None) -> Float[Array, "n T"]:
     """Token scores ``γ_it = Y_i vᵀ x_it``, shape ``(n, T)`` (``v`` defaults to ``data.v``)."""
     v = data.v if v is None else v
     return data.Y[:, None] * (data.X @ v)
 
 
-def optimal_tokens(data: TokenData, v: Float[Array, " d"] | None = None) -> np.ndarray:
+def optimal_tokens(data: TokenData, v: Float[ArrayLike, " d"] | None = None) -> np.ndarray:
     """``argmax_t γ_it`` per sample, ``int[n]`` (NumPy).
 
     **Raises:** :class:`GradflowValueError` where a sample's top score is tied (no optimal token).
@@ -224,23 +224,23 @@ def optimal_tokens(data: TokenData, v: Float[Array, " d"] | None = None) -> np.n
 # --------------------------------------------------------------------------------------------
 
 
-def p_attention(p: Float[Array, " d"], X: Float[Array, "T d"], v: Float[Array, " d"]) -> Float[Array, ""]:
+def p_attention(p: Float[ArrayLike, " d"], X: Float[ArrayLike, "T d"], v: Float[ArrayLike, " d"]) -> Float[Array, ""]:
     """p-attention output ``f(X) = vᵀ Xᵀ softmax(X p)`` for one sample (scalar; vmap for batches)."""
     return v @ (X.T @ softmax(X @ p))
 
 
-def kq_attention(W: Float[Array, "d d"], X: Float[Array, "T d"], z: Float[Array, " d"],
-                 v: Float[Array, " d"]) -> Float[Array, ""]:
+def kq_attention(W: Float[ArrayLike, "d d"], X: Float[ArrayLike, "T d"], z: Float[ArrayLike, " d"],
+                 v: Float[ArrayLike, " d"]) -> Float[Array, ""]:
     """Key–query attention output ``f(X) = vᵀ Xᵀ softmax(X W z)`` for one sample (scalar)."""
     return v @ (X.T @ softmax(X @ (W @ z)))
 
 
-def logistic(u: Float[Array, "..."]) -> Float[Array, "..."]:
+def logistic(u: Float[ArrayLike, "..."]) -> Float[Array, "..."]:
     """``ℓ(u) = log(1 + e^{−u})`` element-wise, as ``logaddexp(0, −u)`` (no overflow)."""
     return jnp.logaddexp(0.0, -u)
 
 
-def p_loss(p: Float[Array, " d"], data: TokenData) -> Float[Array, ""]:
+def p_loss(p: Float[ArrayLike, " d"], data: TokenData) -> Float[Array, ""]:
     """``L(p) = (1/n) Σ_i ℓ(Y_i f(X_i))`` of p-attention with ``v = data.v`` fixed."""
     f = jax.vmap(p_attention, in_axes=(None, 0, None))(p, data.X, data.v)
     return jnp.mean(logistic(data.Y * f))
@@ -252,13 +252,13 @@ def pv_loss(params: dict, data: TokenData) -> Float[Array, ""]:
     return jnp.mean(logistic(data.Y * f))
 
 
-def kq_loss(W: Float[Array, "d d"], data: TokenData) -> Float[Array, ""]:
+def kq_loss(W: Float[ArrayLike, "d d"], data: TokenData) -> Float[Array, ""]:
     """``L(W)`` of key–query attention ``softmax(X_i W z_i)`` with ``v = data.v`` fixed."""
     f = jax.vmap(kq_attention, in_axes=(None, 0, 0, None))(W, data.X, data.Z, data.v)
     return jnp.mean(logistic(data.Y * f))
 
 
-def log_excess_loss(p: Float[Array, " d"], data: TokenData) -> Float[Array, ""]:
+def log_excess_loss(p: Float[ArrayLike, " d"], data: TokenData) -> Float[Array, ""]:
     """``log(L(p) − L*)`` for p-attention with ``v`` fixed, where ``L* = (1/n) Σ ℓ(γ_{i,opt_i})``
     is the infimum when each ``opt_i`` has the sample's top score (all weight on it).
 

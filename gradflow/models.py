@@ -21,7 +21,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from . import maps as _maps
 from ._errors import bad_arg
@@ -50,35 +50,35 @@ class AbstractModel(eqx.Module):
                 raise bad_arg("temperature", float(self.temperature), "a positive finite float")
 
     # --- what each model defines -------------------------------------------------
-    def logits(self, V: Array, a: Array) -> Array:
+    def logits(self, V: ArrayLike, a: ArrayLike) -> ArrayLike:
         """The logits the map is applied to."""
         return a
 
     @abc.abstractmethod
-    def output(self, V: Array, s: Array) -> Array:
+    def output(self, V: ArrayLike, s: ArrayLike) -> ArrayLike:
         """``β`` from the value block and the weights."""
 
     @abc.abstractmethod
-    def check_shapes(self, V: Array, a: Array, loss: AbstractLoss) -> None:
+    def check_shapes(self, V: ArrayLike, a: ArrayLike, loss: AbstractLoss) -> None:
         """Raise :class:`gradflow.GradflowValueError` when ``V``, ``a`` do not fit the model and ``loss``."""
 
-    def u(self, V: Array, teacher: Array) -> Array:
+    def u(self, V: ArrayLike, teacher: ArrayLike) -> ArrayLike:
         """``u = Vᵀβ*`` (one entry per value column)."""
         return V.T @ teacher
 
     # --- derived -------------------------------------------------------------------
-    def weights(self, V: Array, a: Array) -> Array:
+    def weights(self, V: ArrayLike, a: ArrayLike) -> Array:
         """Attention weights ``s = map(logits / T)``."""
         return _maps.apply_map(self.logits(V, a), self.normalization, self.temperature)
 
-    def beta(self, V: Array, a: Array) -> Array:
+    def beta(self, V: ArrayLike, a: ArrayLike) -> Array:
         return self.output(V, self.weights(V, a))
 
-    def loss(self, loss: AbstractLoss, V: Array, a: Array) -> Float[Array, ""]:
+    def loss(self, loss: AbstractLoss, V: ArrayLike, a: ArrayLike) -> Float[Array, ""]:
         """``L(V, a) = ℓ(β)`` (mean over rows for row-wise outputs)."""
         return self.loss_of_weights(loss, V, self.weights(V, a))
 
-    def loss_of_weights(self, loss: AbstractLoss, V: Array, s: Array) -> Float[Array, ""]:
+    def loss_of_weights(self, loss: AbstractLoss, V: ArrayLike, s: ArrayLike) -> Float[Array, ""]:
         """``ℓ(output(V, s))`` as a function of the value block and the weights ``s`` (mean over
         rows for row-wise outputs); :func:`gradflow.gradient_field` differentiates it in ``s``."""
         beta = self.output(V, s)
@@ -86,14 +86,14 @@ class AbstractModel(eqx.Module):
             return loss(beta)
         return jnp.mean(jax.vmap(loss)(beta))
 
-    def gamma(self, loss: AbstractLoss, V: Array, a: Array) -> Float[Array, ""]:
+    def gamma(self, loss: AbstractLoss, V: ArrayLike, a: ArrayLike) -> Float[Array, ""]:
         """Polarisation rate ``γ`` (mean over rows for row-wise outputs)."""
         beta = self.beta(V, a)
         if beta.ndim == 1:
             return loss.gamma(beta)
         return jnp.mean(jax.vmap(loss.gamma)(beta))
 
-    def entropy(self, V: Array, a: Array) -> Float[Array, ""]:
+    def entropy(self, V: ArrayLike, a: ArrayLike) -> Float[Array, ""]:
         """Entropy (nats) of the weights, from logits for softmax (exact at large logit gaps); mean over rows."""
         if self.normalization == "softmax":
             h = _maps.softmax_entropy(self.logits(V, a), self.temperature)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import ArrayLike, Float
+from jaxtyping import ArrayLike, Real
 
 from ._engine import batch as _batch
 from ._engine.solve import SOLVERS, Flow, check_settings, default_ts  # noqa: F401  (re-exported names)
@@ -94,11 +94,11 @@ def _meta(model, loss, solver, rtol, atol, t1, max_steps):
 
 def simulate(
     loss: AbstractLoss,
-    V0: Float[ArrayLike, "d n"],
-    a0: Float[ArrayLike, "..."],
+    V0: Real[ArrayLike, "d n"],
+    a0: Real[ArrayLike, "..."],
     *,
     t1: float,
-    ts: Float[ArrayLike, " T"] | None = None,
+    ts: Real[ArrayLike, " T"] | None = None,
     rtol: float = 1e-8,
     atol: float = 1e-10,
     normalization: str = "softmax",
@@ -153,11 +153,11 @@ def simulate(
 
 def simulate_batch(
     loss: AbstractLoss | Sequence[AbstractLoss],
-    V0s: Float[ArrayLike, "B d n"],
-    a0s: Float[ArrayLike, "B ..."],
+    V0s: Real[ArrayLike, "B d n"],
+    a0s: Real[ArrayLike, "B ..."],
     *,
     t1: float,
-    ts: Float[ArrayLike, " T"] | None = None,
+    ts: Real[ArrayLike, " T"] | None = None,
     rtol: float = 1e-8,
     atol: float = 1e-10,
     normalization: str = "softmax",

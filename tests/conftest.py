@@ -27,3 +27,22 @@ def _release_compiled_executables():
     passed Linux's default limit of 65,530 and XLA's next compilation aborted."""
     yield
     release_executables()
+
+
+@pytest.fixture(autouse=True)
+def _annotation_checks_off_for_bad_input(request):
+    """The test run checks every annotated call in gradflow against its annotations (jaxtyping +
+    beartype, ``--jaxtyping-packages`` in pyproject.toml). A test marked ``bad_input`` checks what a
+    *user* gets for an argument outside a function's annotation — the library's own
+    :class:`gradflow.GradflowValueError` naming it — so it runs as a user's program does, without
+    that checker (which would report the argument first, as a TypeCheckError)."""
+    if request.node.get_closest_marker("bad_input") is None:
+        yield
+        return
+    import jaxtyping
+
+    jaxtyping.config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        jaxtyping.config.update("jaxtyping_disable", False)

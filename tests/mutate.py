@@ -101,7 +101,7 @@ MUTATIONS = (
              "gc = g - jnp.take_along_axis(g, m, axis=-1)", "gc = g",
              "plain (non-centred) softmax VJP", "tests/test_extremes.py"),
     Mutation("l2_map_is_l1", "gradflow/maps.py",
-             "return _normalise(z * z)", "return _normalise(jnp.abs(z))",
+             "return _normalize(z * z)", "return _normalize(jnp.abs(z))",
              "the l2 map normalises |z| instead of z²", "tests/test_field.py::test_maps_against_numpy"),
     Mutation("entropy_sign", "gradflow/maps.py",
              "return -jnp.sum(jnp.exp(logp) * logp, axis=-1)", "return jnp.sum(jnp.exp(logp) * logp, axis=-1)",
@@ -133,7 +133,7 @@ MUTATIONS = (
     Mutation("rowwise_gamma_sum", "gradflow/models.py",
              "return jnp.mean(jax.vmap(loss.gamma)(beta))", "return jnp.sum(jax.vmap(loss.gamma)(beta))",
              "row-wise γ summed over rows (Γ T× too large)", "tests/test_reference_cases.py::test_rowwise_field_matches_hand_formula_at_temperature"),
-    Mutation("u_normalised", "gradflow/models.py",
+    Mutation("u_normalized", "gradflow/models.py",
              "return V.T @ teacher", "return V.T @ teacher / jnp.linalg.norm(teacher)",
              "u = Vᵀβ*/‖β*‖ instead of Vᵀβ*", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
     # ---- metrics

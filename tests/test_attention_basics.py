@@ -77,6 +77,7 @@ def test_max_weight_with_and_without_scaling():
     assert small < 0.6  # d_k = 4: far from one-hot (seed 001: 0.42)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("bad", [0, -3, 2.5, True])
 def test_bad_d_k_raises(bad):
     with pytest.raises(GradflowValueError, match="d_k"):

@@ -36,3 +36,34 @@ def test_exit_1_when_a_check_fails_or_a_control_holds(monkeypatch, capsys):
         monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", fake(holds, control_holds))
         assert main(["check", "thm3.3b", "--trials", "1", "--json"]) == code
         capsys.readouterr()
+
+
+def test_deprecated_check_id_is_accepted_with_a_warning(monkeypatch, capsys):
+    """``normalisations`` (the old spelling) still selects the ``normalizations`` check, with a
+    DeprecationWarning, in the library and the CLI; the results and the listing carry the new id."""
+    import pytest
+
+    from gradflow import theory
+    from gradflow.theory import CheckResult
+
+    assert "normalizations" in theory.check_ids() and "normalisations" not in theory.check_ids()
+    with pytest.warns(DeprecationWarning, match="'normalisations' is deprecated; use 'normalizations'"):
+        assert theory.get_check("normalisations") is theory.CHECKS["normalizations"]
+    with pytest.warns(DeprecationWarning):
+        assert main(["check", "--list", "normalisations"]) == 0
+    listing = capsys.readouterr().out
+    assert listing.startswith("normalizations ") and "polarise" in listing
+    stub = lambda trials=16, seed=0: CheckResult(  # noqa: E731 — the runner itself is tested in test_theory.py
+        id="normalizations", statement="stub", holds=True, trials=1, worst_margin=1.0, control_holds=False, details={})
+    monkeypatch.setitem(theory.registry.CHECKS, "normalizations", stub)
+    with pytest.warns(DeprecationWarning):
+        assert main(["check", "normalisations", "--trials", "1", "--json"]) == 0
+    assert [r["id"] for r in json.loads(capsys.readouterr().out)] == ["normalizations"]
+    # control: a new-spelling id raises no warning, and a misspelling that is no alias is refused
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        theory.get_check("normalizations")
+    with pytest.raises(theory.registry.GradflowValueError, match="normalisation"):
+        theory.get_check("normalisation")

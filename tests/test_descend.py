@@ -68,6 +68,7 @@ def test_optax_optimizer_and_integer_inputs():
     assert t_int.metadata["method"] == "optax" and float(t_int.loss[-1]) < float(t_int.loss[0])
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize(
     "kwargs, match",
     [

@@ -265,6 +265,7 @@ BAD = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("bad, match", BAD, ids=[m.split(":")[0] + str(i) for i, (_, m) in enumerate(BAD)])
 def test_bad_input_is_refused_before_tracing(bad, match):
     kw = dict(loss=_linear_net, params0=GOOD, t1=10.0)

@@ -147,6 +147,7 @@ def test_infeasible_selection_raises():
         mm.att_svm(X, np.ones(1), np.array([1.0, 0.0]), np.array([0], np.int32))
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize(
     "kwargs,match",
     [

@@ -76,7 +76,7 @@ def logistic_maps():
     return cfg, nz.compute(cfg, with_gd=False)
 
 
-def test_norm_logistic_normalised_maps_polarise_sigmoid_does_not(logistic_maps):
+def test_norm_logistic_normalized_maps_polarise_sigmoid_does_not(logistic_maps):
     cfg, data = logistic_maps
     share = dict(zip(cfg["maps"], nz.final_share(data)))
     reached = dict(zip(cfg["maps"], data["drawn_t_end"]))

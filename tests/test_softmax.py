@@ -140,6 +140,7 @@ def test_large_gap_any_axis_and_vmap():
     np.testing.assert_array_equal(batched, out)
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize(
     "x,axis,match",
     [

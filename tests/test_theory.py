@@ -30,7 +30,7 @@ def results():
 
 REQUIRED = [
     "thm3.2a", "thm3.2b", "thm3.3a", "thm3.3b", "thm3.3c", "lem3.5a", "lem3.5b", "lemD.2",
-    "inv.sum_a", "inv.v_perp", "replicator", "conditioning", "normalisations", "sinks",
+    "inv.sum_a", "inv.v_perp", "replicator", "conditioning", "normalizations", "sinks",
 ]
 
 
@@ -77,7 +77,7 @@ def test_asymptotic_fits_reported(results):
     (theory.polarisation's tolerances): Γ slope 1, loss exponent −1, 1 − s_0 ≈ C*/(log t − L_0)²."""
     fits = dict(results["thm3.3c"].details)["asymptotic_fits"]
     assert fits["window"] == [1e8, 1e12]
-    for key, want, tol in [("dGamma_dlogt_normalised", 1, 1e-2), ("loss_loglog_slope", -1, 2e-3),
+    for key, want, tol in [("dGamma_dlogt_normalized", 1, 1e-2), ("loss_loglog_slope", -1, 2e-3),
                            ("one_minus_s0_exponent", -2, 0.3), ("one_minus_s0_constant_ratio", 1, 0.1),
                            ("u0_vs_logt", 1, 0.05)]:
         for stat in ("min", "max"):

@@ -24,7 +24,7 @@ def _elu1(x):
     return np.where(x > 0, x, np.exp(x) - 1) + 1
 
 
-def _hand(kernel: str, normalise: bool) -> np.ndarray:
+def _hand(kernel: str, normalization: bool) -> np.ndarray:
     """Entry-by-entry formulas of the paper's Table 1, loops over i, j."""
     phi = np.tanh
     g = np.zeros((3, 3))
@@ -42,16 +42,16 @@ def _hand(kernel: str, normalise: bool) -> np.ndarray:
                 g[i, j] = sum(phi(L[i, m]) * phi(K[j, m]) for m in range(3)) / np.sqrt(3)
             else:
                 g[i, j] = L[i, j]
-    if kernel == "softmax" or normalise:
+    if kernel == "softmax" or normalization:
         tot = g.sum(1, keepdims=True)
         g = g / (np.maximum(np.abs(tot), 1) if kernel in ("mlp", "linear") else tot)
     return g
 
 
-@pytest.mark.parametrize("kernel,normalise", VARIANTS)
-def test_kernel_matches_hand_computation_3x3(kernel, normalise):
-    w = kernel_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalise, phi=jnp.tanh)
-    np.testing.assert_allclose(np.asarray(w), _hand(kernel, normalise), rtol=1e-12, atol=1e-14)
+@pytest.mark.parametrize("kernel,normalization", VARIANTS)
+def test_kernel_matches_hand_computation_3x3(kernel, normalization):
+    w = kernel_weights(jnp.asarray(L), jnp.asarray(K), kernel, normalization, phi=jnp.tanh)
+    np.testing.assert_allclose(np.asarray(w), _hand(kernel, normalization), rtol=1e-12, atol=1e-14)
 
 
 def test_kernel_literal_values():
@@ -68,22 +68,22 @@ def test_kernel_literal_values():
     assert abs(sig[0].sum() - 1) > 0.1
 
 
-@pytest.mark.parametrize("kernel,normalise", VARIANTS)
-def test_causal_mask_future_weights_exactly_zero(kernel, normalise):
+@pytest.mark.parametrize("kernel,normalization", VARIANTS)
+def test_causal_mask_future_weights_exactly_zero(kernel, normalization):
     rng = np.random.default_rng(0)
     q, k = (jnp.asarray(rng.standard_normal((5, 4)) * 3) for _ in range(2))
     phi = lambda x: jnp.tanh(x) + 0.5  # noqa: E731
-    w = np.asarray(kernel_weights(q, k, kernel, normalise, causal=True, phi=phi))
+    w = np.asarray(kernel_weights(q, k, kernel, normalization, causal=True, phi=phi))
     assert np.all(w[np.triu_indices(5, 1)] == 0.0)
     # each causal row equals the row computed from its prefix alone (a second formulation)
     for i in range(5):
-        row = kernel_weights(q[i:i + 1], k[:i + 1], kernel, normalise, phi=phi)
+        row = kernel_weights(q[i:i + 1], k[:i + 1], kernel, normalization, phi=phi)
         np.testing.assert_allclose(w[i, :i + 1], np.asarray(row[0]), rtol=1e-12, atol=1e-15)
     # future keys get exactly zero gradient
-    grad = jax.grad(lambda kk: jnp.sum(kernel_weights(q, kk, kernel, normalise, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
+    grad = jax.grad(lambda kk: jnp.sum(kernel_weights(q, kk, kernel, normalization, causal=True, phi=phi)[2] * jnp.arange(1.0, 6.0)))(k)
     assert np.all(np.asarray(grad)[3:] == 0.0) and np.any(np.asarray(grad)[:3] != 0.0)
     # negative control: without the mask the upper triangle is not zero
-    w_full = np.asarray(kernel_weights(q, k, kernel, normalise, causal=False, phi=phi))
+    w_full = np.asarray(kernel_weights(q, k, kernel, normalization, causal=False, phi=phi))
     assert np.any(w_full[np.triu_indices(5, 1)] != 0.0)
 
 
@@ -97,7 +97,7 @@ def test_masked_logit_is_dtype_min_in_float32():
 
 
 @pytest.mark.parametrize("args,match", [
-    (("softmax", False), "normalise"), (("relu", True), "kernel"), (("mlp", True), "phi"),
+    (("softmax", False), "normalization"), (("relu", True), "kernel"), (("mlp", True), "phi"),
 ])
 def test_kernel_bad_arguments(args, match):
     q = jnp.ones((3, 2))
@@ -173,6 +173,7 @@ def test_group_sequences_valid():
                                                                     for r in big[:, :-1])
 
 
+@pytest.mark.bad_input
 def test_task_bad_arguments():
     with pytest.raises(GradflowValueError, match="vocab"):
         induction_batch(0, 10, vocab=10, n_context=10)  # 9 content tokens for 10 distinct
@@ -182,8 +183,8 @@ def test_task_bad_arguments():
         group_batch(0, 10, vocab=42, n_groups=4, n_context=10)  # 41 content ids do not split in 4
     with pytest.raises(GradflowValueError, match="shift_query"):
         induction_batch(0, 10, shift_query=1)
-    with pytest.raises(GradflowValueError, match="normalise"):
-        RunConfig(kernel="softmax", normalise=False)
+    with pytest.raises(GradflowValueError, match="normalization"):
+        RunConfig(kernel="softmax", normalization=False)
     for field, val in [("lr", 0.0), ("lr", float("nan")), ("lr", float("inf")), ("weight_decay", -0.1),
                        ("aux_weight", -1.0), ("aux_weight", float("nan")), ("stop_acc", 0.0), ("stop_acc", 1.0),
                        ("embed_std", 0.0), ("positions", "rope"), ("attack", "greedy"), ("sink_rows", (0, 9)),
@@ -529,7 +530,7 @@ def test_sec4_figure_configs_record_the_settings():
 
 
 @pytest.mark.parametrize("kernel", ["sigmoid", "elu"])
-def test_normalised_logit_kernels_have_finite_gradients_where_terms_underflow(kernel):
+def test_normalized_logit_kernels_have_finite_gradients_where_terms_underflow(kernel):
     """Logits near −100 (float32): every term g underflows or is subnormal. The weights are
     computed as softmax(log g) and their gradient is finite; the plain quotient g / Σ g (the
     control) has a non-finite gradient there (it made training diverge)."""
@@ -546,3 +547,41 @@ def test_normalised_logit_kernels_have_finite_gradients_where_terms_underflow(ke
     np.testing.assert_allclose(np.asarray(w), 1 / 3, rtol=1e-6)  # equal logits: uniform rows
     assert np.all(np.isfinite(np.asarray(jax.grad(loss)(q, ours))))
     assert not np.all(np.isfinite(np.asarray(jax.grad(loss)(q, plain))))  # control
+
+
+def test_committed_paper_runs_load_and_are_found_after_the_normalization_rename(monkeypatch):
+    """The committed paper-scale results (trained when the field was ``normalise``) keep their file
+    names and are found by :func:`find_result`: the settings' hash uses the old field name, and
+    their stored configs read back with today's names. Control: hashing under the new name would
+    give other file names, so the mapping is what keeps them findable."""
+    import glob
+    import hashlib
+    import json
+    import os
+    import warnings
+
+    from gradflow.sims.sec4.grids import COMMITTED_RUNS_ENV, find_result
+    from gradflow.sims.sec4.train import load_result
+
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "figures", "transformer-runs")
+    monkeypatch.setenv(COMMITTED_RUNS_ENV, root)
+    files = sorted(glob.glob(os.path.join(root, "paper", "*.npz")))
+    assert len(files) >= 10
+    for path in files:
+        res = load_result(path)
+        assert "normalization" in res["config"] and "normalise" not in res["config"]
+        cfg = RunConfig(**res["config"])
+        assert run_name(cfg) + ".npz" == os.path.basename(path)
+        hit = find_result(cfg, quick=False)
+        assert hit is not None and os.path.samefile(hit[0], path)
+        new_hash = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        assert new_hash != cfg.key()  # control: without the mapping the committed file would be missed
+    # the deprecated keyword and attribute: same config, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match="normalise"):
+        old = RunConfig(kernel="sigmoid", normalise=False)
+    assert old == RunConfig(kernel="sigmoid", normalization=False) != RunConfig(kernel="sigmoid", normalization=True)
+    with pytest.warns(DeprecationWarning):
+        assert old.normalise is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # control: the new spelling warns about nothing
+        assert RunConfig(kernel="sigmoid", normalization=False).normalization is False

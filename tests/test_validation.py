@@ -134,6 +134,7 @@ CASES = [
 ]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("call, match", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_argument_is_one_clear_line(call, match):
     with pytest.raises(gradflow.GradflowValueError, match=match) as info:

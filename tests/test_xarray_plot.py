@@ -86,6 +86,7 @@ def test_plot_trajectory_draws_the_runs_own_data(flow):
     assert len(fig.axes) == 4 and [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "None"]
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("bad, match", [("batch", "traj: got 'a batch of 2 runs'"), ("panels", "panels: got"),
                                         ("notraj", "traj: got 'ndarray'")])
 def test_plot_trajectory_refuses_bad_input(flow, batch, bad, match):

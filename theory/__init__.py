@@ -23,7 +23,8 @@ from .maxmargin import att_svm, direction_verdict, regpath_verdict
 from .invariants import output_response, output_response_along, sum_a_conserved, v_perp_frozen
 from .ordering import order_preserved, repulsion
 from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
-from .registry import CHECKS, DEFAULT_TRIALS, check_ids, get_check, run_check, run_checks
+from .registry import (CHECKS, DEFAULT_TRIALS, DEPRECATED_IDS, canonical_id, check_ids, get_check, run_check,
+                       run_checks)
 from .replicator import replicator_agrees
 from .square import conditioning_trend, partial_polarisation, rank_one
 
@@ -31,9 +32,11 @@ __all__ = [
     "CHECKS",
     "CheckResult",
     "DEFAULT_TRIALS",
+    "DEPRECATED_IDS",
     "Verdict",
     "asymptotic_fits",
     "att_svm",
+    "canonical_id",
     "check_ids",
     "conditioning_trend",
     "direction_verdict",

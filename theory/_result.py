@@ -96,18 +96,21 @@ def over_time(t, m_t) -> tuple[float, float, float]:
 
 
 def combine(
-    margins: Sequence[float],
+    margins: Sequence[float | None] | np.ndarray,
     details: Mapping | None = None,
-    ok: Sequence[bool] | None = None,
-    times: Sequence[float] | None = None,
-    last_violation: Sequence[float] | None = None,
+    ok: Sequence[bool | np.bool_] | np.ndarray | None = None,
+    times: Sequence[float | str] | np.ndarray | None = None,
+    last_violation: Sequence[float | str] | np.ndarray | None = None,
 ) -> Verdict:
     """Build a :class:`Verdict` from per-trial margins (and per-trial solver-ok flags).
 
-    ``holds`` is ``min(margins) > 0`` and every ``ok``; NaN margins count as ``-inf``.
+    ``holds`` is ``min(margins) > 0`` and every ``ok``; NaN (or ``None``) margins count as
+    ``-inf``. Per-trial values come as sequences or 1-D NumPy arrays (flags may be NumPy bools).
     ``times`` (optional, per trial): the flow time where that trial's margin is worst; then
     ``details`` gets ``margin_t`` and ``worst_t``. ``last_violation`` (optional, per trial): the
-    latest saved time where the statement fails; ``details`` gets it and its maximum.
+    latest saved time where the statement fails; ``details`` gets it and its maximum. Times may be
+    given as a :class:`Verdict`'s details hold them (:func:`jsonable`: ``"nan"``/``"inf"`` strings
+    for non-finite values), as :func:`merge` passes them.
     """
     m = [(-math.inf if (mm is None or math.isnan(float(mm))) else float(mm)) for mm in margins]
     worst = min(m) if m else -math.inf

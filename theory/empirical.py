@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 STATEMENTS = {
-    "normalisations": "Appendix (empirical): logistic loss: softmax, l1, l2, relu polarise, sigmoid and signed sum do not; "
+    "normalizations": "Appendix (empirical): logistic loss: softmax, l1, l2, relu polarise, sigmoid and signed sum do not; "
     "square loss: none polarise strongly",
     "sinks": "Sec. 4.1: row-wise model, A(0) = 0 or small random: every row converges to the same token, argmax u(0) "
     "(attention sink)",
@@ -118,7 +118,7 @@ def run_normalizations(trials: int = 16, seed: int = 0) -> CheckResult:
         main = Verdict(False, main.worst_margin, main.trials, main.margins, {**main.details, "solver_not_ok": bad})
     control = normalization_verdict(tab["square"])
     return CheckResult.from_verdicts(
-        "normalisations", STATEMENTS["normalisations"], main, control, "the logistic-loss claim applied to the square-loss runs",
+        "normalizations", STATEMENTS["normalizations"], main, control, "the logistic-loss claim applied to the square-loss runs",
         n=NORM_N, t1=NORM_T1, l1_gd=GD,
     )
 

@@ -115,7 +115,7 @@ def repulsion(traj: gradflow.Trajectory) -> Verdict:
         oks.append(lane["ok"])
     return combine(
         margins,
-        dict(min_rel_gap_increment_u=incs, min_phi_normalised=phis, unresolved_increments=unresolved,
+        dict(min_rel_gap_increment_u=incs, min_phi_normalized=phis, unresolved_increments=unresolved,
              min_gap_increment_a=a_inc, a_gaps_increasing=[x > 0 for x in a_inc], resolve=RESOLVE),
         oks, times, last,
     )

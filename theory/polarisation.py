@@ -98,8 +98,8 @@ def asymptotic_fits(lane: dict, beta_norm2: float, window=FIT_WINDOW) -> dict:
     """Late-time fits on one lane (from :func:`gradflow.theory.experiments.lanes`) over flow times in ``window``.
 
     **Returns:** dict with ``window``; ``dGamma_dlogt`` (slope of Γ vs log t) and
-    ``dGamma_dlogt_normalised`` (times ``‖β*‖²``; → 1); ``loss_loglog_slope`` (→ −1);
-    ``loss_t_normalised`` (``L·t·‖β*‖²`` at the window's end; → const ≈ 1); ``u0_vs_logt``
+    ``dGamma_dlogt_normalized`` (times ``‖β*‖²``; → 1); ``loss_loglog_slope`` (→ −1);
+    ``loss_t_normalized`` (``L·t·‖β*‖²`` at the window's end; → const ≈ 1); ``u0_vs_logt``
     (slope of ``u_0`` vs log t; → 1); ``u_rest_vs_logt`` (max slope of ``u_j``, ``j ≥ 1``; → 0,
     saturation); ``one_minus_s0_exponent`` (``q`` of ``1 − s_0 ≈ A (log t − L_0)^q``, all three
     fitted; → −2), ``one_minus_s0_offset`` (``L_0``), ``one_minus_s0_constant`` (``C = 1/k²``
@@ -125,9 +125,9 @@ def asymptotic_fits(lane: dict, beta_norm2: float, window=FIT_WINDOW) -> dict:
     u = lane["u"][w]
     out = dict(window=[float(window[0]), float(window[1])], points=int(w.sum()))
     out["dGamma_dlogt"] = fit_line(lt, lane["Gamma"][w])[0]
-    out["dGamma_dlogt_normalised"] = out["dGamma_dlogt"] * beta_norm2
+    out["dGamma_dlogt_normalized"] = out["dGamma_dlogt"] * beta_norm2
     out["loss_loglog_slope"] = fit_line(lt, np.log(lane["loss"][w]))[0]
-    out["loss_t_normalised"] = float(lane["loss"][w][-1] * t[-1] * beta_norm2) if t.size else math.nan
+    out["loss_t_normalized"] = float(lane["loss"][w][-1] * t[-1] * beta_norm2) if t.size else math.nan
     out["u0_vs_logt"] = fit_line(lt, u[:, top])[0]
     out["u_rest_vs_logt"] = max(fit_line(lt, u[:, j])[0] for j in order[1:])
     q, L0, _ = fit_power_of_log(lt, one_m_s0)
@@ -232,7 +232,7 @@ def gamma_log_growth(traj: gradflow.Trajectory, losses, window=FIT_WINDOW, expon
     margins, oks, fits, subs = [], [], [], []
     for k, lane in enumerate(ls):
         f = asymptotic_fits(lane, _norm2(losses, k), window)
-        slope = _frac(abs(f["dGamma_dlogt_normalised"] - 1.0), GAMMA_SLOPE_TOL)
+        slope = _frac(abs(f["dGamma_dlogt_normalized"] - 1.0), GAMMA_SLOPE_TOL)
         expo = _frac(abs(f["one_minus_s0_exponent"] - exponent), EXPONENT_TOL)
         const = _frac(abs(np.log(f["one_minus_s0_constant_ratio"])), CONSTANT_TOL)
         subs.append(dict(gamma_slope=slope, exponent=expo, constant=const))
@@ -246,9 +246,9 @@ def gamma_log_growth(traj: gradflow.Trajectory, losses, window=FIT_WINDOW, expon
 
 def _fit_summary(fits: list) -> dict:
     keys = (
-        "dGamma_dlogt_normalised",
+        "dGamma_dlogt_normalized",
         "loss_loglog_slope",
-        "loss_t_normalised",
+        "loss_t_normalized",
         "u0_vs_logt",
         "u_rest_vs_logt",
         "one_minus_s0_exponent",

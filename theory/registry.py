@@ -4,6 +4,7 @@ negative control."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 
 from gradflow import GradflowValueError
@@ -11,7 +12,8 @@ from gradflow import GradflowValueError
 from . import empirical, invariants, maxmargin, ordering, polarisation, replicator, square
 from ._result import CheckResult
 
-__all__ = ["CHECKS", "check_ids", "get_check", "run_check", "run_checks", "DEFAULT_TRIALS"]
+__all__ = ["CHECKS", "DEPRECATED_IDS", "canonical_id", "check_ids", "get_check", "run_check", "run_checks",
+           "DEFAULT_TRIALS"]
 
 DEFAULT_TRIALS = 16
 
@@ -28,7 +30,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "inv.v_perp": invariants.run_inv_v_perp,
     "replicator": replicator.run_replicator,
     "conditioning": square.run_conditioning,
-    "normalisations": empirical.run_normalizations,
+    "normalizations": empirical.run_normalizations,
     "sinks": empirical.run_sinks,
     "mm.direction": maxmargin.run_mm_direction,
     "mm.regpath": maxmargin.run_mm_regpath,
@@ -42,13 +44,29 @@ def check_ids() -> list[str]:
     return list(CHECKS)
 
 
+DEPRECATED_IDS: dict[str, str] = {"normalisations": "normalizations"}
+"""Old id -> id: still accepted on input (with a :class:`DeprecationWarning`); results and reports
+carry the new id."""
+
+
+def canonical_id(check_id: str) -> str:
+    """``check_id`` itself, or the id a deprecated spelling stands for (with a
+    :class:`DeprecationWarning`). Does not check that the id exists (:func:`get_check` does)."""
+    new = DEPRECATED_IDS.get(check_id) if isinstance(check_id, str) else None
+    if new is None:
+        return check_id
+    warnings.warn(f"check id {check_id!r} is deprecated; use {new!r}", DeprecationWarning, stacklevel=3)
+    return new
+
+
 def get_check(check_id: str) -> Callable[..., CheckResult]:
-    """The runner for ``check_id``.
+    """The runner for ``check_id`` (a deprecated id of :data:`DEPRECATED_IDS` is accepted, with a
+    :class:`DeprecationWarning`).
 
     **Raises:** :class:`gradflow.GradflowValueError` for an unknown id.
     """
     try:
-        return CHECKS[check_id]
+        return CHECKS[canonical_id(check_id)]
     except (KeyError, TypeError):
         raise GradflowValueError(f"check id: got {check_id!r}; expected one of {check_ids()}") from None
 
@@ -73,8 +91,6 @@ def run_check(check_id: str, trials: int = DEFAULT_TRIALS, seed: int = 0) -> Che
 def run_checks(ids: Sequence[str] | None = None, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[CheckResult]:
     """Run several checks (default: all, in registry order); all ids are validated first.
     Checks share cached experiments, so running them together is much cheaper than one by one."""
-    ids = check_ids() if not ids else list(ids)
-    for cid in ids:
-        get_check(cid)
+    runners = [CHECKS[cid] for cid in check_ids()] if not ids else [get_check(cid) for cid in ids]
     _validate(trials, seed)
-    return [CHECKS[cid](trials, seed) for cid in ids]
+    return [run(trials, seed) for run in runners]

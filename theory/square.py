@@ -162,8 +162,10 @@ def _design(rng_state, kappa: float, d: int, matched: bool = False):
 
 
 @functools.lru_cache(maxsize=4)
-def conditioning_runs(trials: int, seed: int, kappas: tuple = KAPPAS, matched: bool = False) -> np.ndarray:
-    """Final ``max_i s_i`` for each trial and κ, shape ``(trials, len(kappas))``.
+def conditioning_runs(trials: int, seed: int, kappas: tuple = KAPPAS,
+                      matched: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(max_s, ok)``: final ``max_i s_i`` for each trial and κ, shape ``(trials, len(kappas))``,
+    and whether that run's solve ended ``ok`` (bool, same shape).
 
     Per trial (``default_rng([seed, k, 7])``): ``W = 1e-5·randn(d, d)``, ``a = 1e-3·randn(d)``,
     ``X_raw = randn(d, d)`` whose singular values are replaced by ``linspace(1, 1/κ, d)``, and

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 import gradflow  # noqa: F401  (enables float64)
 from gradflow.internal import bad_arg
@@ -91,7 +91,7 @@ def _check_int(name: str, value, minimum: int) -> int:
     return int(value)
 
 
-def softmax_weights(scores: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "... n"]:
+def softmax_weights(scores: Real[ArrayLike, "... n"] | Sequence[float], temperature: float = 1.0) -> Float[Array, "... n"]:
     """``softmax(scores / T)`` over the last axis (temperature).
 
     **Arguments:** ``scores`` shape ``(..., n)``, any float (cast to float64);
@@ -109,7 +109,7 @@ def softmax_weights(scores: Float[Array, "... n"], temperature: float = 1.0) -> 
     return apply_map(a, "softmax", t)
 
 
-def softmax_entropy(scores: Float[Array, "... n"], temperature: float = 1.0) -> Float[Array, "..."]:
+def softmax_entropy(scores: Real[ArrayLike, "... n"] | Sequence[float], temperature: float = 1.0) -> Float[Array, "..."]:
     """Entropy (nats) of ``softmax(scores / T)`` from the logits (finite when a weight underflows), in ``[0, log n]``.
 
     Same arguments and errors as :func:`softmax_weights`; returns float64 of shape ``(...)``.
@@ -134,7 +134,7 @@ def causal_mask(n: int, t_k: int | None = None) -> jax.Array:
 
 
 def attention_weights(
-    q: Float[Array, "t d_k"], k: Float[Array, "s d_k"], *, scale: bool = True, causal: bool = False
+    q: Real[ArrayLike, "t d_k"], k: Real[ArrayLike, "s d_k"], *, scale: bool = True, causal: bool = False
 ) -> Float[Array, "t s"]:
     """Attention weights ``softmax(QKᵀ / √d_k)`` row-wise (Vaswani et al. 2017).
 
@@ -299,7 +299,7 @@ def coreference_dataset() -> tuple[list[tuple[str, ...]], np.ndarray]:
     return sentences, np.asarray(targets)
 
 
-def it_scores(params: dict[str, Array], x: Float[Array, "L d"], it_index: int = IT_INDEX) -> Float[Array, " L"]:
+def it_scores(params: dict[str, ArrayLike], x: Real[ArrayLike, "L d"], it_index: int = IT_INDEX) -> Float[Array, " L"]:
     """Scaled scores of token ``it_index`` against the sentence ``x``: ``(x_it W_Q)(X W_K)ᵀ/√d_k``.
 
     ``params`` is ``{"wq": (d, d_k), "wk": (d, d_k)}``, or ``{}`` for raw embeddings
@@ -313,7 +313,7 @@ def it_scores(params: dict[str, Array], x: Float[Array, "L d"], it_index: int = 
     return k @ q[it_index] / jnp.sqrt(jnp.asarray(q.shape[-1], dtype=q.dtype))
 
 
-def it_row(params: dict[str, Array], x: Float[Array, "L d"], it_index: int = IT_INDEX) -> Float[Array, " L"]:
+def it_row(params: dict[str, ArrayLike], x: Real[ArrayLike, "L d"], it_index: int = IT_INDEX) -> Float[Array, " L"]:
     """Attention of token ``it_index`` over the sentence: ``softmax`` of :func:`it_scores`.
 
     Same arguments as :func:`it_scores`; returns float64 weights ``(L,)`` summing to 1.
@@ -322,9 +322,9 @@ def it_row(params: dict[str, Array], x: Float[Array, "L d"], it_index: int = IT_
 
 
 def train_projection(
-    params: dict[str, Array],
-    x: Float[Array, "B L d"],
-    targets: Int[Array, " B"],
+    params: dict[str, ArrayLike],
+    x: Real[ArrayLike, "B L d"],
+    targets: Int[ArrayLike, " B"],
     *,
     steps: int,
     learning_rate: float,

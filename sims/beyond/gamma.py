@@ -152,7 +152,7 @@ def summary(data: dict, cfg: dict) -> dict:
     return {
         "fit_window": cfg["fit_window"],
         "logistic": [
-            dict(rho=float(r), dGamma_dlogt=float(k), normalised=float(k * r * r), Gamma_t1=float(G[-1]))
+            dict(rho=float(r), dGamma_dlogt=float(k), normalized=float(k * r * r), Gamma_t1=float(G[-1]))
             for r, k, G in zip(data["rhos"], data["fit_slope"], data["Gamma"])
         ],
         "square_Gamma_end": [float(x) for x in data["sq_Gamma_end"]],

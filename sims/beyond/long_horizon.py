@@ -46,7 +46,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
         "flow_steps": np.asarray(flow.num_steps),
         "fit_C": np.asarray(fits["one_minus_s0_vs_inv_log2t"]),
         "fit_loglog_slope": np.asarray(fits["one_minus_s0_loglog_slope"]),
-        "fit_dGamma_dlogt": np.asarray(fits["dGamma_dlogt_normalised"]),
+        "fit_dGamma_dlogt": np.asarray(fits["dGamma_dlogt_normalized"]),
         "fit_loss_slope": np.asarray(fits["loss_loglog_slope"]),
         "gd_t": gd_t, "gd_s": gd_s, "gd_entropy": gd_H, "gd_one_minus_s0": one_minus_top(gd_a, top),
     }
@@ -121,7 +121,7 @@ def summary(data: dict, cfg: dict) -> dict:
         "fit_window": cfg["fit_window"],
         "fit_C_one_minus_s0_vs_inv_log2t": float(data["fit_C"]),
         "fit_loglog_exponent_one_minus_s0": float(data["fit_loglog_slope"]),
-        "fit_dGamma_dlogt_normalised": float(data["fit_dGamma_dlogt"]),
+        "fit_dGamma_dlogt_normalized": float(data["fit_dGamma_dlogt"]),
         "fit_loss_loglog_slope": float(data["fit_loss_slope"]),
         "local_exponent_at_t1": float(ex[-1]),
         "gd_t_end": float(data["gd_t"][-1]),

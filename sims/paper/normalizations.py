@@ -128,8 +128,9 @@ def compute(cfg: dict, progress: bool = False, with_gd: bool = True) -> dict[str
     return data
 
 
-def top_share(s) -> np.ndarray:
-    """Polarisation of weights ``s (..., n)``: the largest share ``max_i |s_i| / Σ_i |s_i|``.
+def top_share(s) -> np.ndarray | np.floating:
+    """Polarisation of weights ``s (..., n)``: the largest share ``max_i |s_i| / Σ_i |s_i|``,
+    shape ``(...)`` (a NumPy scalar for one row ``s (n,)``).
 
     Equals ``max_i s_i`` for maps onto the simplex (softmax, L1, L2, ReLU); for the un-normalised
     sigmoid it measures concentration rather than saturation (all ``σ(a_i) → 1`` is not polarised).

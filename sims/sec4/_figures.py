@@ -73,9 +73,9 @@ def _public(settings: dict) -> dict:
 
 
 def _recorded(task: str, settings: dict) -> dict:
-    """The settings a figure records for one grid entry (the full config minus kernel/normalise)."""
+    """The settings a figure records for one grid entry (the full config minus kernel/normalization)."""
     d = make_config(task, "softmax", True, settings).to_dict()
-    for key in ("kernel", "normalise", "task"):
+    for key in ("kernel", "normalization", "task"):
         d.pop(key)
     if "_only" in settings:
         d["only_variants"] = settings["_only"]

@@ -76,8 +76,8 @@ MLP × LayerNorm panels (:data:`QUICK_MLP_LN`) and without the 2 × 4 control.""
 QUICK_MLP_LN = ((True, True), (False, False))
 
 
-def variant_name(kernel: str, normalise: bool) -> str:
-    return f"{kernel}-{'norm' if normalise else 'raw'}"
+def variant_name(kernel: str, normalization: bool) -> str:
+    return f"{kernel}-{'norm' if normalization else 'raw'}"
 
 
 def induction_runs(quick: bool, seeds=(0,), lrs=(1e-3,), heads=(4,), one_head: bool = True) -> list[dict]:
@@ -106,17 +106,17 @@ def group_runs(quick: bool, seeds=(0,), combos=MLP_LN, control: bool = True) -> 
     return out
 
 
-def applies(kernel: str, normalise: bool, settings: dict) -> bool:
+def applies(kernel: str, normalization: bool, settings: dict) -> bool:
     """Whether the grid runs ``settings`` for this variant: an ``"_only"`` key lists the variant
     names a setting is run for (the 1-head induction runs, the 2 × 4 group control)."""
     only = settings.get("_only")
-    return only is None or variant_name(kernel, normalise) in only
+    return only is None or variant_name(kernel, normalization) in only
 
 
-def make_config(task: str, kernel: str, normalise: bool, settings: dict) -> RunConfig:
+def make_config(task: str, kernel: str, normalization: bool, settings: dict) -> RunConfig:
     """The :class:`RunConfig` of ``task`` for a variant and one grid setting (``_``-keys dropped)."""
     make = induction_config if task == "induction" else group_config
-    return make(kernel, normalise, **{k: v for k, v in settings.items() if not k.startswith("_")})
+    return make(kernel, normalization, **{k: v for k, v in settings.items() if not k.startswith("_")})
 
 
 def _mode(quick: bool) -> str:
@@ -139,17 +139,17 @@ def collect(task: str, variants, settings: list[dict], quick: bool, *, train_mis
     """Results per ``(variant name, index into settings)``; with ``train_missing`` missing runs are
     trained (into the cache), without they are left out."""
     out = {}
-    for kernel, normalise in variants:
+    for kernel, normalization in variants:
         for j, s in enumerate(settings):
-            if not applies(kernel, normalise, s):
+            if not applies(kernel, normalization, s):
                 continue
-            cfg = make_config(task, kernel, normalise, s)
+            cfg = make_config(task, kernel, normalization, s)
             hit = find_result(cfg, quick)
             res = hit[1] if hit else None
             if res is None and train_missing:
                 res = run(cfg, os.path.join(cache_root(), _mode(quick)), progress=progress)
             if res is not None:
-                out[(variant_name(kernel, normalise), j)] = res
+                out[(variant_name(kernel, normalization), j)] = res
     return out
 
 

@@ -51,14 +51,14 @@ LOGIT_KERNELS = ("softmax", "sigmoid", "elu")
 """Kernels that are a function of the logit ``q·k/√d_h`` (masked through the logit)."""
 
 
-def check_kernel(kernel: str, normalise: bool) -> None:
-    """Raise :class:`GradflowValueError` unless ``(kernel, normalise)`` is a Table 1 variant."""
+def check_kernel(kernel: str, normalization: bool) -> None:
+    """Raise :class:`GradflowValueError` unless ``(kernel, normalization)`` is a Table 1 variant."""
     if kernel not in KERNELS:
         raise bad_arg("kernel", kernel, f"one of {list(KERNELS)}")
-    if not isinstance(normalise, bool):
-        raise bad_arg("normalise", normalise, "True or False")
-    if kernel == "softmax" and not normalise:
-        raise bad_arg("normalise", normalise, "True for kernel 'softmax' (softmax is always normalised)")
+    if not isinstance(normalization, bool):
+        raise bad_arg("normalization", normalization, "True or False")
+    if kernel == "softmax" and not normalization:
+        raise bad_arg("normalization", normalization, "True for kernel 'softmax' (softmax is always normalised)")
 
 
 def _log_score(logits, kernel: str):
@@ -75,7 +75,7 @@ def kernel_weights(
     q: Float[Array, "Tq dh"],
     k: Float[Array, "Tk dh"],
     kernel: str,
-    normalise: bool,
+    normalization: bool,
     *,
     causal: bool = False,
     phi=None,
@@ -85,7 +85,7 @@ def kernel_weights(
     **Arguments:**
 
     - ``q``: queries ``(T_q, d_h)``; ``k``: keys ``(T_k, d_h)``; any float dtype (the result has it).
-    - ``kernel``: one of :data:`KERNELS`; ``normalise``: divide rows by the normaliser above
+    - ``kernel``: one of :data:`KERNELS`; ``normalization``: divide rows by the normaliser above
       (must be True for softmax).
     - ``causal``: hide keys ``j > i`` (requires ``T_q == T_k``); masked weights are exactly 0.
     - ``phi``: the ``mlp`` kernel's feature map, a callable ``(d_h,) -> (d_f,)`` applied to each
@@ -96,7 +96,7 @@ def kernel_weights(
     **Raises:** :class:`GradflowValueError` for an unknown kernel, un-normalised softmax, a
     missing ``phi`` for ``mlp``, or ``causal`` with ``T_q != T_k``.
     """
-    check_kernel(kernel, normalise)
+    check_kernel(kernel, normalization)
     t_q, d_h = q.shape
     t_k = k.shape[0]
     if causal and t_q != t_k:
@@ -112,7 +112,7 @@ def kernel_weights(
         logits = jnp.where(visible, (q @ k.T) * scale, neg)
         if kernel == "softmax":
             return jax.nn.softmax(logits, axis=-1)
-        if normalise:  # g / Σ g = softmax(log g): exact, and stable where every g underflows
+        if normalization:  # g / Σ g = softmax(log g): exact, and stable where every g underflows
             return jax.nn.softmax(_log_score(logits, kernel), axis=-1)
         g = jax.nn.sigmoid(logits) if kernel == "sigmoid" else jax.nn.elu(logits) + 1
     elif kernel == "elu-elu":
@@ -122,7 +122,7 @@ def kernel_weights(
     else:  # linear
         g = (q @ k.T) * scale
     g = jnp.where(visible, g, 0)  # exact 0 (already 0 for the logit kernels)
-    if not normalise:
+    if not normalization:
         return g
     total = jnp.sum(g, axis=-1, keepdims=True)
     if kernel in SIGNED:

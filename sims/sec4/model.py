@@ -46,12 +46,12 @@ class Attention(eqx.Module):
     phi: eqx.nn.MLP | None
     n_heads: int = eqx.field(static=True)
     kernel: str = eqx.field(static=True)
-    normalise: bool = eqx.field(static=True)
+    normalization: bool = eqx.field(static=True)
     causal: bool = eqx.field(static=True)
 
-    def __init__(self, d_model: int, n_heads: int, kernel: str, normalise: bool, causal: bool, *,
+    def __init__(self, d_model: int, n_heads: int, kernel: str, normalization: bool, causal: bool, *,
                  bias: bool = True, key):
-        check_kernel(kernel, normalise)
+        check_kernel(kernel, normalization)
         if d_model % n_heads:
             raise bad_arg("n_heads", n_heads, f"a divisor of d_model = {d_model}")
         kq, kk, kv, ko, kp = jr.split(key, 5)
@@ -61,7 +61,7 @@ class Attention(eqx.Module):
         self.phi = (eqx.nn.MLP(d_h, d_h, 4 * d_h, depth=1, activation=lambda x: jax.nn.gelu(x, approximate=False),
                                key=kp, dtype=DTYPE)
                     if kernel == "mlp" else None)
-        self.n_heads, self.kernel, self.normalise, self.causal = n_heads, kernel, normalise, causal
+        self.n_heads, self.kernel, self.normalization, self.causal = n_heads, kernel, normalization, causal
 
     def __call__(self, x: Float[Array, "T D"]):
         T, D = x.shape
@@ -71,7 +71,7 @@ class Attention(eqx.Module):
             return jax.vmap(lin)(x).reshape(T, H, D // H).transpose(1, 0, 2)
 
         q, k, v = heads(self.wq), heads(self.wk), heads(self.wv)
-        w = jax.vmap(lambda qh, kh: kernel_weights(qh, kh, self.kernel, self.normalise,
+        w = jax.vmap(lambda qh, kh: kernel_weights(qh, kh, self.kernel, self.normalization,
                                                       causal=self.causal, phi=self.phi))(q, k)
         out = jnp.einsum("hqk,hkd->qhd", w, v).reshape(T, D)
         return jax.vmap(self.wo)(out), w
@@ -92,12 +92,12 @@ class Block(eqx.Module):
     fc1: eqx.nn.Linear | None
     fc2: eqx.nn.Linear | None
 
-    def __init__(self, d_model, n_heads, kernel, normalise, causal, *, use_mlp=True, use_layernorm=True,
+    def __init__(self, d_model, n_heads, kernel, normalization, causal, *, use_mlp=True, use_layernorm=True,
                  bias=True, key):
         ka, k1, k2 = jr.split(key, 3)
         ln = (lambda: eqx.nn.LayerNorm(d_model, dtype=DTYPE)) if use_layernorm else (lambda: None)
         self.ln1 = ln()
-        self.attn = Attention(d_model, n_heads, kernel, normalise, causal, bias=bias, key=ka)
+        self.attn = Attention(d_model, n_heads, kernel, normalization, causal, bias=bias, key=ka)
         self.ln2 = ln() if use_mlp else None
         self.fc1 = eqx.nn.Linear(d_model, 4 * d_model, key=k1, dtype=DTYPE) if use_mlp else None
         self.fc2 = eqx.nn.Linear(4 * d_model, d_model, key=k2, dtype=DTYPE) if use_mlp else None
@@ -117,7 +117,7 @@ class Transformer(eqx.Module):
     **Arguments:** ``n_vocab`` input ids, ``n_out`` output classes, ``max_len`` positions,
     ``positions`` one of :data:`POSITIONS` (``"add"``, ``"concat"``: token and position tables
     of width ``d_model/2`` side by side, ``"none"``), ``d_model`` (128), ``n_layers`` (2),
-    ``n_heads`` (4), ``kernel``/``normalise`` (Table 1), ``causal``, ``use_mlp``,
+    ``n_heads`` (4), ``kernel``/``normalization`` (Table 1), ``causal``, ``use_mlp``,
     ``use_layernorm``, ``bias`` (q/k/v/o biases), ``key``.
 
     ``__call__(tokens (T,) int) -> (logits (T, n_out) float32, attention (n_layers, H, T, T))``.
@@ -131,7 +131,7 @@ class Transformer(eqx.Module):
     positions: str = eqx.field(static=True)
 
     def __init__(self, n_vocab: int, n_out: int, max_len: int, *, positions: str = "add", d_model: int = 128,
-                 n_layers: int = 2, n_heads: int = 4, kernel: str = "softmax", normalise: bool = True,
+                 n_layers: int = 2, n_heads: int = 4, kernel: str = "softmax", normalization: bool = True,
                  causal: bool = True, use_mlp: bool = True, use_layernorm: bool = True, bias: bool = True,
                  key):
         if positions not in POSITIONS:
@@ -143,7 +143,7 @@ class Transformer(eqx.Module):
         self.pos = (None if positions == "none" else
                     eqx.nn.Embedding(weight=init(kp, (max_len, d_model - d_tok if positions == "concat"
                                                       else d_model), DTYPE)))
-        self.blocks = [Block(d_model, n_heads, kernel, normalise, causal, use_mlp=use_mlp,
+        self.blocks = [Block(d_model, n_heads, kernel, normalization, causal, use_mlp=use_mlp,
                              use_layernorm=use_layernorm, bias=bias, key=k) for k in kb]
         self.ln_f = eqx.nn.LayerNorm(d_model, dtype=DTYPE) if use_layernorm else None
         self.head = eqx.nn.Linear(d_model, n_out, key=kh, dtype=DTYPE)

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import time
+import warnings
 
 import equinox as eqx
 import jax
@@ -47,7 +48,7 @@ from gradflow.sims.sec4.model import POSITIONS, init_transformer
 from gradflow.sims.sec4.tasks import CLS, group_batch, induction_batch
 
 __all__ = ["RunConfig", "induction_config", "group_config", "train", "measure", "run", "load_result",
-           "run_name", "shares", "sparsity", "bos_share", "flip_attack", "ATTACKS"]
+           "run_name", "shares", "sparsity", "bos_share", "flip_attack", "ATTACKS", "HASHED_NAMES", "current_names"]
 
 TASKS = ("induction", "groups")
 ATTACKS = ("authors", "swap-top")
@@ -78,7 +79,7 @@ class RunConfig:
 
     task: str = "induction"
     kernel: str = "softmax"
-    normalise: bool = True
+    normalization: bool = True
     seed: int = 0
     d_model: int = 128
     n_layers: int = 2
@@ -103,14 +104,20 @@ class RunConfig:
     evals_per_epoch: int = 1
     early_stop: bool = False
     stop_acc: float = 0.95
-    sink_rows: tuple = (1, 9)
+    sink_rows: tuple[int, int] | list[int] = (1, 9)  # stored as a tuple (__post_init__)
     n_pairs: int = 500
     attack: str = "authors"
+    normalise: dataclasses.InitVar[bool | None] = None
+    """Deprecated keyword for ``normalization`` (the spelling before it was renamed)."""
 
-    def __post_init__(self):
+    def __post_init__(self, normalise):
+        if normalise is not None:
+            warnings.warn("RunConfig(normalise=...) is deprecated; use normalization=...", DeprecationWarning,
+                          stacklevel=3)
+            object.__setattr__(self, "normalization", normalise)
         if self.task not in TASKS:
             raise bad_arg("task", self.task, f"one of {list(TASKS)}")
-        check_kernel(self.kernel, self.normalise)
+        check_kernel(self.kernel, self.normalization)
         for name in ("seed", "d_model", "n_layers", "n_heads", "n_train", "epochs", "batch", "n_test",
                      "evals_per_epoch", "n_pairs", "vocab", "n_context", "n_groups"):
             val = getattr(self, name)
@@ -163,34 +170,57 @@ class RunConfig:
         return d
 
     def key(self) -> str:
-        """Short hash of every setting: result files and checkpoints carry it in their names."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:10]
+        """Short hash of every setting: result files and checkpoints carry it in their names. It is
+        taken over the settings under the names they had when the committed runs were trained
+        (:data:`HASHED_NAMES`), so that a renamed field leaves every run's file name as it was."""
+        d = {HASHED_NAMES.get(k, k): v for k, v in self.to_dict().items()}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:10]
 
 
-def induction_config(kernel: str, normalise: bool, seed: int = 0, **changes) -> RunConfig:
+HASHED_NAMES = {"normalization": "normalise"}
+"""Field -> the name :meth:`RunConfig.key` hashes it under: the name it had when the committed runs
+(``figures/transformer-runs/``) were trained. Their result files store their config under those
+names too; :func:`current_names` reads such a config with today's field names."""
+
+
+def current_names(config: dict) -> dict:
+    """A stored run config (a result file's or a checkpoint's ``config``) with today's field names:
+    a field stored under its name of :data:`HASHED_NAMES` is renamed (``normalise`` ->
+    ``normalization``); other keys are kept as they are."""
+    old = {v: k for k, v in HASHED_NAMES.items()}
+    return {old.get(k, k): v for k, v in config.items()}
+
+
+RunConfig.normalise = property(  # the deprecated attribute (the InitVar's class default would read None)
+    lambda self: (warnings.warn("RunConfig.normalise is deprecated; use normalization", DeprecationWarning,
+                                stacklevel=2), self.normalization)[1],
+    doc="Deprecated: :attr:`normalization`.")
+
+
+def induction_config(kernel: str, normalization: bool, seed: int = 0, **changes) -> RunConfig:
     """The induction run of the paper's main sink panel (paper Sec. 4.1; the authors'
     ``conf/induction_config.yaml`` with ``shift_query_token``, positions ``add``, aux 0.2):
     2 layers, d_model 128, 4 heads, vocab 50 (+50 shifted query ids), 100k sequences, 10 epochs
     of batch 256, lr 1e-3, 1,000 evaluation sequences. ``changes`` override any field."""
-    return RunConfig(**{"task": "induction", "kernel": kernel, "normalise": normalise, "seed": seed, **changes})
+    return RunConfig(**{"task": "induction", "kernel": kernel, "normalization": normalization, "seed": seed, **changes})
 
 
 GROUP_DEFAULTS = dict(task="groups", n_layers=1, n_heads=1, positions="none", vocab=41, n_train=10_000,
                       aux_weight=0.0)
 
 
-def group_config(kernel: str, normalise: bool, seed: int = 0, **changes) -> RunConfig:
+def group_config(kernel: str, normalization: bool, seed: int = 0, **changes) -> RunConfig:
     """The group-classification run of the paper's flip panels (paper Sec. 4.2; the authors'
     ``conf/classification_config.yaml`` with the plotted 1 layer × 1 head): vocab 41 (CLS + 4
     groups of 10), non-causal, no positions, 10k sequences, 10 epochs of batch 256, lr 1e-3, MLP
     and LayerNorm on (switch with ``use_mlp`` / ``use_layernorm``), attack on 500 pairs."""
-    return RunConfig(**{**GROUP_DEFAULTS, "kernel": kernel, "normalise": normalise, "seed": seed, **changes})
+    return RunConfig(**{**GROUP_DEFAULTS, "kernel": kernel, "normalization": normalization, "seed": seed, **changes})
 
 
 def run_name(cfg: RunConfig) -> str:
     """File stem of a run: task, variant, seed, and the settings' hash, e.g.
     ``induction-sigmoid-raw-s0-1a2b3c4d5e`` (``norm`` / ``raw`` = with / without normalisation)."""
-    return f"{cfg.task}-{cfg.kernel}-{'norm' if cfg.normalise else 'raw'}-s{cfg.seed}-{cfg.key()}"
+    return f"{cfg.task}-{cfg.kernel}-{'norm' if cfg.normalization else 'raw'}-s{cfg.seed}-{cfg.key()}"
 
 
 # ----------------------------------------------------------------------------- data and losses
@@ -214,9 +244,9 @@ def _model(cfg: RunConfig):
     induction = cfg.task == "induction"
     return init_transformer(2 * cfg.seed + TASKS.index(cfg.task), cfg.n_out if induction else cfg.vocab,
                             cfg.n_out, cfg.n_context + 2, positions=cfg.positions, d_model=cfg.d_model,
-                            n_layers=cfg.n_layers, n_heads=cfg.n_heads, kernel=cfg.kernel, normalise=cfg.normalise,
-                            causal=induction, use_mlp=cfg.use_mlp, use_layernorm=cfg.use_layernorm, bias=cfg.bias,
-                            embed_std=cfg.embed_std)
+                            n_layers=cfg.n_layers, n_heads=cfg.n_heads, kernel=cfg.kernel,
+                            normalization=cfg.normalization, causal=induction, use_mlp=cfg.use_mlp,
+                            use_layernorm=cfg.use_layernorm, bias=cfg.bias, embed_std=cfg.embed_std)
 
 
 def _loss(model, x, y, task: str, aux_weight: float):
@@ -343,7 +373,7 @@ def train(cfg: RunConfig, *, checkpoint: str | None = None, progress: bool = Tru
             "diverged_step": None, "step_seconds": None, "train_seconds": 0.0}
     step0 = 0
     meta = _read_json(checkpoint + ".json") if checkpoint else None
-    if meta is not None and meta.get("config") != cfg.to_dict():
+    if meta is not None and current_names(meta.get("config") or {}) != cfg.to_dict():
         _remove_checkpoint(checkpoint, meta)  # written for another run setting: never resume it
         meta = None
     if meta is not None:
@@ -355,7 +385,7 @@ def train(cfg: RunConfig, *, checkpoint: str | None = None, progress: bool = Tru
 
     timed, t_timed, perm_epoch, perm, bad, shapes = 0, 0.0, -1, None, False, set()
     start = time.perf_counter()
-    bar = tqdm(total=total, initial=step0, desc=f"{cfg.task} {cfg.kernel}-{'norm' if cfg.normalise else 'raw'}",
+    bar = tqdm(total=total, initial=step0, desc=f"{cfg.task} {cfg.kernel}-{'norm' if cfg.normalization else 'raw'}",
                disable=not progress, leave=False)
     end = total if stop_after is None else min(total, step0 + stop_after)
     s = step0
@@ -596,5 +626,7 @@ def load_result(path: str) -> dict:
     A missing, truncated or foreign file raises :class:`gradflow.GradflowValueError` naming it."""
     z = load_npz(path, required=("meta",), what="a transformer run's result file")
     out = json.loads(str(z.pop("meta")))
+    if isinstance(out.get("config"), dict):
+        out["config"] = current_names(out["config"])  # runs stored before a field's rename
     out.update(z)
     return out
