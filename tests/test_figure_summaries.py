@@ -254,7 +254,7 @@ def test_long_horizon_summary_against_scipy_flow_and_rates(tmp_path):
     # closed-form late rates (paper Thm 3.3(c) and its proof): loss ~ 1/t, Γ ~ log t / ‖β*‖²,
     # 1 − s_0 = Θ(1/log² t)
     assert summary["fit_loss_loglog_slope"] == pytest.approx(-1.0, abs=1e-5)  # measured 9.8e-7 off
-    assert summary["fit_dGamma_dlogt_normalised"] == pytest.approx(1.0, abs=1e-4)  # measured 8.4e-6 off
+    assert summary["fit_dGamma_dlogt_normalized"] == pytest.approx(1.0, abs=1e-4)  # measured 8.4e-6 off
     assert -2.3 < summary["fit_loglog_exponent_one_minus_s0"] < -1.9
     assert not -1.2 < summary["fit_loglog_exponent_one_minus_s0"] < -0.8  # control: not Θ(1/log t)
 

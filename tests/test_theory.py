@@ -41,7 +41,7 @@ def test_registry_lists_required_ids():
     assert theory.check_ids() == REQUIRED + MAX_MARGIN
 
 
-SLOW_CHECKS = {"normalisations"}
+SLOW_CHECKS = {"normalizations"}
 """Checks whose run takes a minute or more on 2 cores (14 flows of 7 maps): ``-m slow`` runs them."""
 
 
