@@ -126,6 +126,7 @@ def test_unwritable_cache_folder_warns_in_one_line(tmp_path, monkeypatch, capsys
     assert err.startswith("gradflow: warning: compilation cache off") and err.count("\n") == 1
 
 
+@pytest.mark.bad_input
 @pytest.mark.parametrize("devices", [[], "cpu", [0], "repeat"])
 def test_simulate_batch_refuses_bad_devices(devices):
     import jax
