@@ -626,15 +626,22 @@ def _runs_by_setting(runs, task, name, settings):
     return [_run_of(runs, task, name, s) for s in settings]
 
 
-def _check_sinks(summary, cfg, runs):
+def _induction_variants(summary, cfg, runs):
+    """``(name, settings, runs, summary entry)`` per variant with an induction run; asserts that a
+    variant without runs has a null summary entry."""
     settings = cfg["induction_runs"]
-    n_checked = 0
     for name in cfg["variants"]:
         res = _runs_by_setting(runs, "induction", name, settings)
         got = summary[name]
         if all(r is None for r in res):
             assert got is None, name
             continue
+        yield name, settings, res, got
+
+
+def _check_sinks(summary, cfg, runs):
+    n_checked = 0
+    for name, settings, res, got in _induction_variants(summary, cfg, runs):
         heads_kept, heads_all = [], []
         for r, s, g, g_row, acc in zip(res, settings, got["layer2_bos_share"],
                                        got["layer2_bos_share_rowwise_abs_rows_1_10"], got["induction_acc"]):
@@ -661,13 +668,7 @@ def _check_sinks(summary, cfg, runs):
 
 
 def _check_accuracy(summary, cfg, runs):
-    settings = cfg["induction_runs"]
-    for name in cfg["variants"]:
-        res = _runs_by_setting(runs, "induction", name, settings)
-        got = summary[name]
-        if all(r is None for r in res):
-            assert got is None, name
-            continue
+    for name, settings, res, got in _induction_variants(summary, cfg, runs):
         _assert_rounded(got["induction_acc"], [r["induction_acc"] if _good(r) else None for r in res], 4)
         spe = [r["history"]["steps_per_epoch"] if r is not None else 1 for r in res]
         div = [r["history"].get("diverged_step") if r is not None else None for r in res]
