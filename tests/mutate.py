@@ -14,6 +14,8 @@ Run on purpose (it is not collected by pytest; CPU-heavy, minutes per uncaught m
     python -m tests.mutate --list                     # the list, and whether each text is found
     python -m tests.mutate --only tied_logits_term temperature_dropped
 
+The last full run's table is kept in ``tests/MUTATION_RESULTS.md``.
+
 A mutation whose text is not found (exactly once) in its file is reported loudly as
 ``TEXT NOT FOUND`` and counts as a failure of the harness: re-target it after a refactoring.
 :data:`ENGINE_MUTATIONS` target the integrator's modules (``gradflow/flow.py``,
