@@ -117,6 +117,17 @@ MISSING = -1e30
 """Stored for a missing value (the figure cache refuses NaN); :func:`unpack` turns it into NaN."""
 
 
+
+def _each_run(res: dict, variants, n_settings: int, available: np.ndarray):
+    """``(variant index, setting index, result, history)`` of every finished run in ``res``
+    (as :func:`gradflow.sims.sec4.grids.collect` returns it), marking ``available[i, j]``."""
+    for i, v in enumerate(variants):
+        for j in range(n_settings):
+            res_ = res.get((variant_name(*v), j))
+            if res_ is not None:
+                available[i, j] = True
+                yield i, j, res_, res_["history"]
+
 def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
     """Arrays over variants × grid settings: ``ind_*`` ``[V, R, …]`` for the induction runs,
     ``grp_*`` ``[V, G, …]`` for the group runs (NaN / ``available = False`` where a run is missing)."""
@@ -143,32 +154,26 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
             "diverged_step": np.full((V, R), np.nan), "step_seconds": np.full((V, R), np.nan),
             "train_seconds": np.full((V, R), np.nan),
         }
-        for i, v in enumerate(variants):
-            for r in range(R):
-                res_ = res.get((variant_name(*v), r))
-                if res_ is None:
-                    continue
-                h = res_["history"]
-                o["ind_available"][i, r] = True
-                nh = res_["bos_share"].shape[-1]
-                if not h.get("diverged_step"):  # a diverged model's measurements are left missing
-                    o["induction_acc"][i, r] = res_["induction_acc"]
-                    o["bos_share"][i, r, :, :nh] = res_["bos_share"]
-                    o["bos_share_rowwise"][i, r, :, :nh] = res_["bos_share_rowwise"]
-                    o["sparsity_induction"][i, r, :, :nh] = res_["sparsity"]
-                    if r == 0:
-                        o["example_maps"][i, :, :nh] = res_["example_maps"]
+        for i, r, res_, h in _each_run(res, variants, R, o["ind_available"]):
+            nh = res_["bos_share"].shape[-1]
+            if not h.get("diverged_step"):  # a diverged model's measurements are left missing
+                o["induction_acc"][i, r] = res_["induction_acc"]
+                o["bos_share"][i, r, :, :nh] = res_["bos_share"]
+                o["bos_share_rowwise"][i, r, :, :nh] = res_["bos_share_rowwise"]
+                o["sparsity_induction"][i, r, :, :nh] = res_["sparsity"]
                 if r == 0:
-                    o["example_tokens"][i] = res_["example_tokens"]
-                n = len(h["step"])
-                o["curve_step"][i, r, :n], o["curve_acc"][i, r, :n] = h["step"], h["acc"]
-                o["curve_bos"][i, r, :n, :nh] = np.array([[np.nan if b is None else b for b in row]
-                                                          for row in h["bos"]], float)
-                o["steps_per_epoch"][i, r] = h["steps_per_epoch"]
-                if h.get("diverged_step") is not None:
-                    o["diverged_step"][i, r] = h["diverged_step"]
-                o["step_seconds"][i, r] = h["step_seconds"] or np.nan
-                o["train_seconds"][i, r] = h["train_seconds"]
+                    o["example_maps"][i, :, :nh] = res_["example_maps"]
+            if r == 0:
+                o["example_tokens"][i] = res_["example_tokens"]
+            n = len(h["step"])
+            o["curve_step"][i, r, :n], o["curve_acc"][i, r, :n] = h["step"], h["acc"]
+            o["curve_bos"][i, r, :n, :nh] = np.array([[np.nan if b is None else b for b in row]
+                                                      for row in h["bos"]], float)
+            o["steps_per_epoch"][i, r] = h["steps_per_epoch"]
+            if h.get("diverged_step") is not None:
+                o["diverged_step"][i, r] = h["diverged_step"]
+            o["step_seconds"][i, r] = h["step_seconds"] or np.nan
+            o["train_seconds"][i, r] = h["train_seconds"]
         out.update(o)
     if "groups" in cfg["tasks"]:
         settings = _settings(cfg, "groups")
@@ -182,22 +187,16 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
             "sparsity_groups": np.full((V, G, L, H), np.nan), "diverged_step_groups": np.full((V, G), np.nan),
             "train_seconds_groups": np.full((V, G), np.nan),
         }
-        for i, v in enumerate(variants):
-            for g in range(G):
-                res_ = res.get((variant_name(*v), g))
-                if res_ is None:
-                    continue
-                h = res_["history"]
-                o["grp_available"][i, g] = True
-                nl, nh = res_["flip_per_head"].shape
-                if h.get("diverged_step") is None:
-                    o["group_acc"][i, g] = res_["group_acc"]
-                    o["flip_rate"][i, g] = res_["flip_rate"]
-                    o["flip_per_head"][i, g, :nl, :nh] = res_["flip_per_head"]
-                    o["sparsity_groups"][i, g, :nl, :nh] = res_["sparsity"]
-                else:
-                    o["diverged_step_groups"][i, g] = h["diverged_step"]
-                o["train_seconds_groups"][i, g] = h["train_seconds"]
+        for i, g, res_, h in _each_run(res, variants, G, o["grp_available"]):
+            nl, nh = res_["flip_per_head"].shape
+            if h.get("diverged_step") is None:
+                o["group_acc"][i, g] = res_["group_acc"]
+                o["flip_rate"][i, g] = res_["flip_rate"]
+                o["flip_per_head"][i, g, :nl, :nh] = res_["flip_per_head"]
+                o["sparsity_groups"][i, g, :nl, :nh] = res_["sparsity"]
+            else:
+                o["diverged_step_groups"][i, g] = h["diverged_step"]
+            o["train_seconds_groups"][i, g] = h["train_seconds"]
         out.update(o)
     return {k: np.where(np.isnan(v), MISSING, v) if v.dtype.kind == "f" else v for k, v in out.items()}
 
@@ -295,7 +294,9 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
             if np.isfinite(val):
                 ax.bar(x, val, width=width, color=cmap(xi), alpha=0.9 if norm else 0.45,
                        hatch=None if norm else "///", edgecolor="k", linewidth=0.5)
-                ax.text(x, val + 0.02 * top, fmt.format(val), ha="center", va="bottom", fontsize=5.5)
+                text = fmt.format(val)  # upright if short; labels like "0.00" of adjacent bars would touch
+                ax.text(x, val + 0.02 * top, text, ha="center", va="bottom", fontsize=5.5,
+                        rotation=90 if len(text) > 3 else 0)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
                 gone = (i is not None and diverged is not None and ran
