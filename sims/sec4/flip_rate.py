@@ -55,9 +55,12 @@ def plot(data: dict, cfg: dict):
                              available=data["grp_available"][:, cols], top=1.0, ran_label="diverged",
                              diverged=data["diverged_step_groups"][:, cols], legend=p == 0,
                              all_variants=cfg["scale"] == "paper")
-        ax.set_ylim(0, 1.1)
+        ax.set_ylim(0, 1.2)  # room for the vertical labels of bars at 1
         acc = _mean_over(data, "group_acc", cols)
-        accs = ", ".join(f"{a:.2f}" for a in acc if np.isfinite(a))
+        acc = acc[np.isfinite(acc)]
+        lo, hi = (f"{acc.min():.2f}", f"{acc.max():.2f}") if len(acc) else ("", "")
+        accs = ("none finished" if not len(acc) else f"{lo} ({len(acc)} variant{'s' * (len(acc) > 1)})" if lo == hi
+                else f"{lo}–{hi} over {len(acc)} variants")
         ax.set_title(f"{'MLP' if s['use_mlp'] else 'no MLP'}, {'LN' if s['use_layernorm'] else 'no LN'}\n"
                      f"group acc.: {accs}", fontsize=6.5, pad=14 if p == 0 else 4)
         ax.tick_params(axis="x", labelrotation=25)
