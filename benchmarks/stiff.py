@@ -104,7 +104,7 @@ def _implicit_phase(name):
 
 
 def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau"),
-                 implicit=("rodas4", "ros34pw2"), lsoda_rtols=(1e-9, 1e-10), ref_dir=None) -> list[dict]:
+                 implicit=("ros34pw2-eigh", "rodas4"), lsoda_rtols=(1e-9, 1e-10), ref_dir=None) -> list[dict]:
     """One row per (κ, method): time, steps (gradflow) or field/Jacobian evaluations (SciPy), error.
     gradflow: one row per implicit phase of ``auto`` in ``implicit``; SciPy: ``methods`` at
     ``rtol`` (one BLAS thread), LSODA with the default BLAS threads, LSODA at ``lsoda_rtols``
