@@ -1,7 +1,10 @@
 """Rosenbrock solvers for diffrax, for the stiff phase of ``solver="auto"``:
 
-- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto``): order 4, a fresh
-  Jacobian and LU factorisation every step;
+- :class:`EigenW` (``solver="ros34pw2-eigh"``, the implicit phase of ``auto`` for gradient
+  flows): ROS34PW2 whose ``(I/(hγ) − J)⁻¹`` is two products with the eigenvectors of the
+  Hessian, from one ``jnp.linalg.eigh`` per solve, for any step size and any time;
+- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto`` for other fields and
+  small states): order 4, a fresh Jacobian and LU factorisation every step;
 - :class:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
   Jacobian and ``(I/(hγ) − J)⁻¹`` over many steps, with the step-size hold of :class:`HoldStep`
   (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).

@@ -72,11 +72,17 @@ minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users'
 becomes stiff once the fast modes have converged (explicit steps are then stability-limited, their
 number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
 steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
-lane to ``rodas4`` (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
-:mod:`gradflow._engine.rosenbrock`), and back to ``dopri8`` when the implicit steps get small
-(:mod:`gradflow._engine.stiff`). ``ros34pw2``: a Rosenbrock–W method (order 3, L-stable) that
-reuses its Jacobian and ``(I/(hγ) − J)⁻¹`` while its step size is held (fewer Jacobians, ~3× the
-steps of ``rodas4``). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
+lane to an implicit method, and back to ``dopri8`` when the implicit steps get small
+(:mod:`gradflow._engine.stiff`). The implicit method: ``ros34pw2-eigh`` for gradient flows
+(the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with at
+least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters — the Rosenbrock–W method
+ROS34PW2 (order 3, L-stable) whose ``(I/(hγ) − J)⁻¹`` comes from one symmetric eigendecomposition
+of the Hessian per round of steps, valid for any step size and any time (no factorisation per
+step, :class:`gradflow._engine.rosenbrock.EigenW`) — and ``rodas4`` otherwise (Rosenbrock,
+L-stable, order 4: one Jacobian and one LU factorisation per step,
+:mod:`gradflow._engine.rosenbrock`). ``ros34pw2``: ROS34PW2 with a dense inverse that is
+reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4``).
+``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
 per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs. Implicit
 solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`)."""
 

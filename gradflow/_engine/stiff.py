@@ -10,8 +10,11 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
 - after each round that did not finish, the solve reports ``h·ρ`` (mean log-time step of the
   round × ``ρ`` at the round's end state, by power iteration with Jacobian–vector products:
   :func:`stiffness_ratio`); an explicit lane with ``h·ρ > STIFF_ON·B`` (its steps are
-  stability-limited) switches to the implicit phase (:data:`IMPLICIT`: Rodas4,
-  :mod:`gradflow._engine.rosenbrock`);
+  stability-limited) switches to the implicit phase (:data:`IMPLICIT`, the W-method with a
+  symmetric eigendecomposition, for gradient flows of at least :data:`EIGEN_MIN_STATE`
+  parameters, whose Jacobian block is symmetric by :func:`asymmetry`; else
+  :data:`IMPLICIT_FALLBACK`, Rodas4: :mod:`gradflow._engine.rosenbrock`), run in rounds of
+  :data:`gradflow._engine.rosenbrock.EIGEN_ROUND` steps (one eigendecomposition each);
 - an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
   stable at no loss) switches back to explicit.
 
