@@ -250,3 +250,130 @@ def test_blas_threads_limits_only_implicit_solves():
     assert blas() == before
     with stiff.blas_threads("dopri8"):
         assert blas() == before
+
+
+# --- ROS34PW2 with a symmetric eigendecomposition (the implicit phase of ``auto`` for gradient flows)
+
+
+def test_eigen_solve_is_the_dense_inverse_for_a_symmetric_jacobian():
+    """Hand check: for a random symmetric parameter block ``P`` with two quadrature rows ``R``,
+    :func:`eigen_solve` with the eigendecomposition from :func:`eigen_jacobian` equals NumPy's dense
+    solve of ``(I/(hγ) − c·[[P, 0], [R, 0]]) x = r`` at several ``(hγ, c)`` (one decomposition for all);
+    negative control: a non-symmetric ``P`` is reported (``asym`` of order one) and its eigen solve,
+    which uses the symmetric part, differs from the dense solve."""
+    from gradflow._engine import rosenbrock as R
+
+    rng = np.random.default_rng(0)
+    n_p, n_q = 7, 2
+    for symmetric in (True, False):
+        M = rng.normal(size=(n_p, n_p))
+        P = -(M @ M.T) if symmetric else -(M @ M.T) + 2.0 * np.triu(rng.normal(size=(n_p, n_p)), 1)
+        Rows = rng.normal(size=(n_q, n_p))
+        G = np.zeros((n_p + n_q, n_p + n_q))
+        G[:n_p, :n_p], G[n_p:, :n_p] = P, Rows
+        f = lambda t, x: jnp.exp(t) * (jnp.asarray(G) @ x)  # F(τ, y) = e^τ G y: time factor exp
+        Q, mu, Rq, asym = R.eigen_jacobian(f, 0.7, jnp.ones(n_p + n_q), n_p)
+        assert (float(asym) < 1e-14) == symmetric, float(asym)
+        np.testing.assert_allclose(Rq, Rows, rtol=1e-13, atol=1e-13)
+        r = rng.normal(size=n_p + n_q)
+        for hg, c in ((1e-3, 1.0), (0.3, 50.0), (2.0, 1e5)):
+            x = R.eigen_solve(Q, Q.T, mu, Rq, c, hg, jnp.asarray(r), n_p)
+            dense = np.linalg.solve(np.eye(n_p + n_q) / hg - c * G, r)
+            if symmetric:
+                np.testing.assert_allclose(x, dense, rtol=1e-9, atol=1e-12 * np.max(np.abs(dense)))
+            else:
+                assert np.max(np.abs(np.asarray(x) - dense)) > 1e-3 * np.max(np.abs(dense))
+
+
+def _quartic_gradient_vf(tau, y, args):
+    """Log-time gradient flow of ``L(p) = ½ pᵀAp + ¼ Σ p⁴`` with a quadrature ``q' = |p|²``."""
+    A = jnp.array([[3.0, 1.0, 0.0], [1.0, 2.0, 0.5], [0.0, 0.5, 1.0]])
+    p, q = y
+    return jnp.exp(tau) * (-(A @ p) - p ** 3), jnp.exp(tau) * jnp.sum(p ** 2)
+
+
+def test_eigen_w_keeps_order_three_with_a_stale_jacobian():
+    """The eigendecomposition is taken once at ``init`` and then only the time factor ``e^τ`` is
+    updated: fixed steps on a nonlinear gradient flow (with a quadrature state), from τ = 0 to 0.5,
+    converge at order ≥ 2.8 against a tight Dopri8 solution (a W-method: order 3 with any matrix)."""
+    import diffrax
+
+    from gradflow._engine.rosenbrock import EigenW
+
+    term, y0 = diffrax.ODETerm(_quartic_gradient_vf), (jnp.array([1.0, -0.8, 0.6]), jnp.zeros(()))
+    exact = diffrax.diffeqsolve(term, diffrax.Dopri8(), 0.0, 0.5, 1e-3, y0,
+                                stepsize_controller=diffrax.PIDController(rtol=1e-13, atol=1e-13)).ys
+    exact = jnp.concatenate([exact[0][-1], exact[1][-1:]])
+    solver, errs = EigenW(), []
+    for n in (8, 16, 32, 64):
+        h, y = 0.5 / n, y0
+        st = solver.init(term, 0.0, h, y0, None)
+        step = jax.jit(lambda t0, y: solver.step(term, t0, t0 + h, y, None, st, False)[0])
+        for k in range(n):
+            y = step(k * h, y)
+        errs.append(float(jnp.max(jnp.abs(jnp.concatenate([y[0], y[1][None]]) - exact))))
+    orders = np.log2(np.array(errs[:-1]) / np.array(errs[1:]))
+    assert np.all(orders > 2.8), orders
+
+
+def test_eigen_w_alone_matches_radau():
+    """``solver="ros34pw2-eigh"`` on its own from t = 0 (one eigendecomposition per solve round)
+    on a stiff conditioning draw, against Radau at rtol 1e-12."""
+    W0, a0, X, y, loss = _square_draw(5, 3)
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
+    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="ros34pw2-eigh")
+    assert traj.status == "ok"
+    Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
+    np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+
+
+def _solvers_used(monkeypatch):
+    """Record the solver name of every round after the first (a spy on the engine's rounds)."""
+    from gradflow._engine import batch
+
+    used, orig = [], batch._round
+
+    def spy(flow, fargs, state, pending, taus, rtol, atol, solver_name, *rest):
+        used.append(solver_name)
+        return orig(flow, fargs, state, pending, taus, rtol, atol, solver_name, *rest)
+
+    monkeypatch.setattr(batch, "_round", spy)
+    return used
+
+
+def _linear_stiff(gradient):
+    """``dp/dt = −A (p − 1)`` with eigenvalues 0.1…100 of ``A``: symmetric (a gradient flow) or with a
+    strictly upper-triangular coupling added in the eigenbasis (same eigenvalues, not a gradient
+    field)."""
+    lam = np.geomspace(0.1, 100.0, 6)  # 6 parameters: EIGEN_MIN_STATE lowered in the test
+    Q = np.linalg.qr(np.random.default_rng(3).normal(size=(6, 6)))[0]
+    T = np.diag(lam) if gradient else np.diag(lam) + 3.0 * np.triu(np.ones((6, 6)), 1)
+    return Q @ T @ Q.T
+
+
+@pytest.mark.parametrize("gradient", [True, False])
+def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, gradient):
+    """A stiff linear flow through the engine (``Flow`` with ``steady=True``) under ``auto``: the
+    symmetric one (a gradient flow) runs its implicit rounds with ``ros34pw2-eigh``; the
+    non-symmetric one (the negative control for the symmetry probe) with the fallback Rodas4. Both
+    agree with the matrix exponential (SciPy ``expm``) at the save points."""
+    import scipy.linalg
+
+    from gradflow._engine import batch
+    from gradflow._engine.solve import Flow, check_settings
+
+    A = _linear_stiff(gradient)
+    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)), steady=True)
+    p0 = np.linspace(1.0, -1.0, 6)
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(
+        1e3, np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), 1e-8, 1e-10, 20000, "auto", True)
+    used = _solvers_used(monkeypatch)
+    monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)  # the policy's size threshold is not what is tested here
+    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], jnp.asarray(taus), t1, rtol, atol, name, max_steps,
+                    False, jax.local_devices(), len(ts), lane=0)
+    implicit = {s for s in used if s != "dopri8"}
+    assert implicit == ({stiff.EIGEN} if gradient else {stiff.IMPLICIT_FALLBACK}), used
+    assert int(out.status_code) == int(S_status.ok)
+    expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
+    np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)

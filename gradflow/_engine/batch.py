@@ -177,6 +177,7 @@ def _initial_state(y0, taus) -> SolveState:
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
         h_rho=jnp.full((B,), jnp.nan, dtype),
+        asym=jnp.full((B,), jnp.nan, dtype),
     )
 
 
@@ -233,6 +234,7 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
         num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps),
         code=put(out.code, state.code),
         h_rho=put(out.h_rho, state.h_rho),
+        asym=put(out.asym, state.asym),
     )
 
 
@@ -292,12 +294,14 @@ def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: st
     state = join(states)
     del states, results  # only the joined state is needed from here on
     stiff = np.zeros(B, bool)  # each lane's phase under ``auto-stiff`` (True: implicit)
+    n_params = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(params0))  # per lane
     while True:
         pending = np.flatnonzero(np.asarray(state.code) == Status.max_steps)
         if pending.size == 0:
             break
         solvers, left, stiff[pending] = _stiff.phase_of_lanes(
-            name, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], np.asarray(state.h_rho)[pending])
+            name, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], np.asarray(state.h_rho)[pending],
+            np.asarray(state.asym)[pending], n_params)
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps

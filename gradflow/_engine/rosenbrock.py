@@ -1,7 +1,10 @@
 """Rosenbrock solvers for diffrax, for the stiff phase of ``solver="auto"``:
 
-- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto``): order 4, a fresh
-  Jacobian and LU factorisation every step;
+- :class:`EigenW` (``solver="ros34pw2-eigh"``, the implicit phase of ``auto`` for gradient
+  flows): ROS34PW2 whose ``(I/(hγ) − J)⁻¹`` is two products with the eigenvectors of the
+  Hessian, from one ``jnp.linalg.eigh`` per solve, for any step size and any time;
+- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto`` for other fields and
+  small states): order 4, a fresh Jacobian and LU factorisation every step;
 - :class:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
   Jacobian and ``(I/(hγ) − J)⁻¹`` over many steps, with the step-size hold of :class:`HoldStep`
   (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).
@@ -275,3 +278,116 @@ class HoldStep(diffrax.AbstractAdaptiveStepSizeController):
         h, proposed = t1 - t0, next_t1 - next_t0
         hold = keep & (proposed >= h) & (proposed <= self.hold * h)
         return keep, next_t0, jnp.where(hold, next_t0 + h, next_t1), made_jump, state, result
+
+
+# ---------------------------------------------------------------------------------------------
+# ROS34PW2 with a symmetric eigendecomposition (gradient flows in log time)
+
+EIGEN_ROUND = 128
+""":class:`EigenW` computes its Jacobian once per solve (in ``init``); ``solver="auto"`` runs it in
+rounds of at most this many steps, so the Jacobian is recomputed at least this often."""
+
+SYMMETRY_TOL = 1e-8
+"""The parameter block ``P`` of the Jacobian counts as symmetric when
+``‖P − Pᵀ‖_F ≤ SYMMETRY_TOL·‖P‖_F`` (a gradient field computed in float64: ~1e-15)."""
+
+
+def _split(y0):
+    """Flat size of the parameter block: ``y0 = (params, quadratures)``, else the whole state."""
+    if isinstance(y0, tuple) and len(y0) == 2:
+        return ravel_pytree(y0[0])[0].size
+    return ravel_pytree(y0)[0].size
+
+
+def eigen_jacobian(f, t0, flat0, n_p, time_factor=jnp.exp):
+    """``(Q, μ, R, asym)`` for :class:`EigenW`: ``G = ∂f(t0, ·)/∂y / c(t0)`` at ``flat0``
+    (``jax.jacfwd``), ``Q diag(μ) Qᵀ`` the eigendecomposition (``jnp.linalg.eigh``) of the
+    symmetric part of its parameter block ``P = G[:n_p, :n_p]``, ``R = G[n_p:, :n_p]`` the
+    quadrature rows, ``asym = ‖P − Pᵀ‖_F / ‖P‖_F``."""
+    G = jax.jacfwd(lambda x: f(t0, x))(flat0) / time_factor(t0)
+    P = G[:n_p, :n_p]
+    asym = jnp.linalg.norm(P - P.T) / jnp.maximum(jnp.linalg.norm(P), jnp.finfo(P.dtype).tiny)
+    mu, Q = jnp.linalg.eigh(0.5 * (P + P.T))
+    return Q, mu, G[n_p:, :n_p], asym
+
+
+def eigen_solve(Q, QT, mu, R, c0, hg, r, n_p):
+    """``x = W⁻¹ r`` with ``W = I/hg − c0·[[Q diag(μ) Qᵀ, 0], [R, 0]]`` (block lower triangular):
+    ``x_p = Q diag(1/(1/hg − c0 μ)) Qᵀ r_p``, ``x_q = hg (r_q + c0 R x_p)``."""
+    xp = Q @ ((QT @ r[:n_p]) / (1.0 / hg - c0 * mu))
+    return jnp.concatenate([xp, hg * (r[n_p:] + c0 * (R @ xp))])
+
+
+class EigenW(diffrax.AbstractAdaptiveSolver):
+    """ROS34PW2 (the W-method of :class:`Ros34pw2`, order 3) whose linear solves use a symmetric
+    eigendecomposition, for fields ``F(τ, y) = c(τ)·f(y)`` (``c = time_factor``; ``exp`` for the
+    engine's log time ``τ = log(1 + t)``, where ``c = 1 + t = dt/dτ``) whose Jacobian block over the
+    parameters is symmetric (a gradient flow, ``∂f/∂params = −∇²L``), and whose other states
+    (quadratures, ``y = (params, quadratures)``) are not read by the field, so that the Jacobian
+    ``[[P, 0], [R, 0]]`` is block lower triangular.
+
+    In ``init`` (once per solve): ``G = ∂f/∂y`` (``jax.jacfwd``), ``P = Q diag(μ) Qᵀ``
+    (``jnp.linalg.eigh``) — :func:`eigen_jacobian`. At every stage of every step the matrix
+    standing for ``∂F/∂y`` is ``c(τ0)·G`` at the step start ``τ0`` (the time factor exact, ``G``
+    as of the solve's start) and ``W⁻¹ r`` is two products with ``Q`` (:func:`eigen_solve`), for
+    *any* step size: no step-size hold, no factorisation per step. A W-method keeps its order 3 with
+    any matrix in place of the Jacobian (Rang & Angermann 2005); how far ``G`` may drift before
+    steps are lost to stability is set by the caller's solve length (``auto``: rounds of
+    :data:`EIGEN_ROUND` steps). A non-symmetric ``P`` (``asym`` beyond :data:`SYMMETRY_TOL`) is
+    replaced by its symmetric part (still a W-method, with worse stability); ``solver="auto"``
+    sends such fields to :class:`Rodas4` instead
+    (:func:`gradflow._engine.stiff.asymmetry`).
+
+    Solver state ``(Q, Qᵀ, μ, R, asym)``, constant over the solve (so diffrax's per-step state
+    select is free). Cost per step: five field evaluations (one for the dense output), one
+    Jacobian–vector product in ``t`` and eight products with ``Q`` or ``Qᵀ``.
+    """
+
+    time_factor: object = jnp.exp
+    term_structure: ClassVar = diffrax.AbstractTerm
+    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
+
+    def order(self, terms):
+        return 3
+
+    def error_order(self, terms):
+        return 3
+
+    def init(self, terms, t0, t1, y0, args):
+        flat0, unravel = ravel_pytree(y0)
+        f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
+        Q, mu, R, asym = eigen_jacobian(f, t0, flat0, _split(y0), self.time_factor)
+        return Q, Q.T, mu, R, asym
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        del made_jump
+        Q, QT, mu, R, asym = solver_state
+        flat0, unravel = ravel_pytree(y0)
+        n_p = _split(y0)
+        h = t1 - t0
+        c0, hg = self.time_factor(t0), h * _W_GAMMA
+
+        def f(t, x):
+            return ravel_pytree(terms.vf(t, unravel(x), args))[0]
+
+        f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
+        us = []
+        for i in range(4):
+            if i == 0:
+                fi = f0
+            else:
+                u = flat0 + sum(_W_A[i, j] * us[j] for j in range(i) if _W_A[i, j] != 0.0)
+                fi = f(t0 + _W_CT[i] * h, u)
+            rhs = fi + (h * _W_D[i]) * ft if _W_D[i] != 0.0 else fi
+            if i > 0:
+                rhs = rhs + sum(_W_C[i, j] * us[j] for j in range(i) if _W_C[i, j] != 0.0) / h
+            us.append(eigen_solve(Q, QT, mu, R, c0, hg, rhs, n_p))
+        flat1 = flat0 + sum(_W_M[j] * us[j] for j in range(4))
+        err = sum(_W_E[j] * us[j] for j in range(4))
+        f1 = f(t1, flat1)
+        y1 = unravel(flat1)
+        dense_info = dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+        return y1, unravel(err), dense_info, solver_state, diffrax.RESULTS.successful
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)

@@ -31,8 +31,8 @@ from .._errors import bad_arg
 from .._validate import check_positive, check_positive_int, check_times
 from . import rosenbrock
 from .erk import UnrolledDopri8
-from .rosenbrock import HoldStep, Rodas4, Ros34pw2
-from .stiff import stiffness_ratio
+from .rosenbrock import EigenW, HoldStep, Rodas4, Ros34pw2
+from .stiff import asymmetry, stiffness_ratio
 
 __all__ = [
     "Flow", "SolveState", "Status", "SOLVERS", "STEADY_FRACTION", "ROUNDOFF_FIELD", "STALL_ULPS",
@@ -65,18 +65,24 @@ _MESSAGES = {
     "solver_failed": "another solver failure (e.g. the implicit solver's Newton iteration)",
 }
 
-SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2")
+SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh")
 """Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for flows without a
 finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
 minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
 becomes stiff once the fast modes have converged (explicit steps are then stability-limited, their
 number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
 steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
-lane to ``rodas4`` (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
-:mod:`gradflow._engine.rosenbrock`), and back to ``dopri8`` when the implicit steps get small
-(:mod:`gradflow._engine.stiff`). ``ros34pw2``: a Rosenbrock–W method (order 3, L-stable) that
-reuses its Jacobian and ``(I/(hγ) − J)⁻¹`` while its step size is held (fewer Jacobians, ~3× the
-steps of ``rodas4``). ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
+lane to an implicit method, and back to ``dopri8`` when the implicit steps get small
+(:mod:`gradflow._engine.stiff`). The implicit method: ``ros34pw2-eigh`` for gradient flows
+(the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with at
+least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters — the Rosenbrock–W method
+ROS34PW2 (order 3, L-stable) whose ``(I/(hγ) − J)⁻¹`` comes from one symmetric eigendecomposition
+of the Hessian per round of steps, valid for any step size and any time (no factorisation per
+step, :class:`gradflow._engine.rosenbrock.EigenW`) — and ``rodas4`` otherwise (Rosenbrock,
+L-stable, order 4: one Jacobian and one LU factorisation per step,
+:mod:`gradflow._engine.rosenbrock`). ``ros34pw2``: ROS34PW2 with a dense inverse that is
+reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4``).
+``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
 per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs. Implicit
 solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`)."""
 
@@ -197,12 +203,14 @@ def make_solver(name: str, rtol=None, atol=None, batched: bool = False):
         return Rodas4()
     if name == "ros34pw2":
         return Ros34pw2()
+    if name == "ros34pw2-eigh":
+        return EigenW()
     raise AssertionError(name)  # resolve_solver validated the name
 
 
 def _controller(name, rtol, atol, dtmin):
     stall = dict(dtmin=dtmin, force_dtmin=False)
-    if name in ("kvaerno5", "rodas4"):
+    if name in ("kvaerno5", "rodas4") or name == "ros34pw2-eigh":
         return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
     if name == "ros34pw2":  # hold the step size while it would barely grow: its LU is reused
         return HoldStep(diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall), rosenbrock.HOLD_MAX)
@@ -255,7 +263,9 @@ class SolveState(eqx.Module):
     ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue"); ``h_rho``:
     mean log-time step of the solve × spectral radius of the log-time Jacobian at ``y_end``
     (:func:`gradflow._engine.stiff.stiffness_ratio`; ``NaN`` for flows without a finite
-    minimiser, whose ``auto`` does not switch)."""
+    minimiser, whose ``auto`` does not switch); ``asym``: relative asymmetry of the Jacobian's
+    parameter block at ``y_end`` (:func:`gradflow._engine.stiff.asymmetry`; ``NaN`` likewise), which
+    picks the implicit solver of ``auto``."""
 
     ys: tuple
     reached: jax.Array
@@ -265,6 +275,7 @@ class SolveState(eqx.Module):
     num_steps: jax.Array
     code: jax.Array
     h_rho: jax.Array
+    asym: jax.Array
 
 
 def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, max_steps: int,
@@ -317,6 +328,7 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
         num_steps=sol.stats["num_steps"],
         code=code,
         h_rho=_h_rho(flow, fargs, rtol, atol, tau0, tau_end[0], y_end, sol.stats["num_steps"]),
+        asym=_asym(flow, fargs, rtol, atol, tau_end[0], y_end),
     )
 
 
@@ -327,6 +339,13 @@ def _h_rho(flow, fargs, rtol, atol, tau0, tau_end, y_end, num_steps):
     dtau = (tau_end - tau0) / jnp.maximum(num_steps, 1)
     field = lambda y: _log_time_rhs(tau_end, y, (flow, fargs, rtol, atol))
     return stiffness_ratio(field, y_end, dtau)
+
+
+def _asym(flow, fargs, rtol, atol, tau_end, y_end):
+    """Asymmetry of the parameter block of the Jacobian at ``y_end`` (``NaN`` unless ``flow.steady``)."""
+    if not flow.steady:
+        return jnp.full((), jnp.nan, tau_end.dtype)
+    return asymmetry(lambda y: _log_time_rhs(tau_end, y, (flow, fargs, rtol, atol)), y_end)
 
 
 def resolve_solver(solver: str, steady: bool) -> str:

@@ -10,8 +10,11 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
 - after each round that did not finish, the solve reports ``h·ρ`` (mean log-time step of the
   round × ``ρ`` at the round's end state, by power iteration with Jacobian–vector products:
   :func:`stiffness_ratio`); an explicit lane with ``h·ρ > STIFF_ON·B`` (its steps are
-  stability-limited) switches to the implicit phase (:data:`IMPLICIT`: Rodas4,
-  :mod:`gradflow._engine.rosenbrock`);
+  stability-limited) switches to the implicit phase (:data:`IMPLICIT`, the W-method with a
+  symmetric eigendecomposition, for gradient flows of at least :data:`EIGEN_MIN_STATE`
+  parameters, whose Jacobian block is symmetric by :func:`asymmetry`; else
+  :data:`IMPLICIT_FALLBACK`, Rodas4: :mod:`gradflow._engine.rosenbrock`), run in rounds of
+  :data:`gradflow._engine.rosenbrock.EIGEN_ROUND` steps (one eigendecomposition each);
 - an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
   stable at no loss) switches back to explicit.
 
@@ -28,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+
+from . import rosenbrock as _rosenbrock
 
 __all__ = ["AUTO_STIFF", "EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY", "blas_threads",
            "IMPLICIT_SOLVERS"]
@@ -51,15 +56,33 @@ STIFF_OFF = 0.25
 POWER_ITERATIONS = 12
 """Power iterations (Jacobian–vector products) per estimate of ``ρ``."""
 
-IMPLICIT = "rodas4"
-"""The implicit solver of ``auto-stiff``. Rodas4 (a fresh Jacobian and LU every step, order 4)
-rather than ROS34PW2 (Jacobian reuse, order 3): on the conditioning draws at ``d = 20`` (421
-states, rtol 1e-8) ROS34PW2 takes ~3× the steps (592–896 against 203–312 for κ = 20–50) and
-measured between 2× faster and 3× slower than Rodas4 depending on the machine's load; at
-``d = 4`` it takes 1221 steps where Rodas4 takes fewer than 400 (``benchmarks/STIFF_d20.md``)."""
+EIGEN = "ros34pw2-eigh"
+"""The W-method with a symmetric eigendecomposition (:class:`gradflow._engine.rosenbrock.EigenW`)."""
+
+IMPLICIT = EIGEN
+"""The implicit solver of ``auto-stiff`` for gradient flows (a symmetric Jacobian block, see
+:func:`asymmetry`): ROS34PW2 with its Jacobian from one eigendecomposition per round of
+:data:`gradflow._engine.rosenbrock.EIGEN_ROUND` steps (no factorisation per step, any step
+size). Measured on the conditioning draws at ``d = 20`` (421 states, t1 = 1e6, rtol 1e-8,
+``benchmarks/STIFF_d20.md``): ``auto`` 2.9×, 8.5×, 9.7×, 26.8×, 9.9× faster than SciPy LSODA at
+equal accuracy for κ = 1, 2, 5, 20, 50, against 1.9–7.2× with Rodas4 in the same run; 68, 67,
+165, 484, 742 steps against Rodas4's 67, 67, 106, 203, 312 (order 3 against 4)."""
+
+IMPLICIT_FALLBACK = "rodas4"
+"""The implicit solver of ``auto-stiff`` for fields whose Jacobian is not symmetric (not a
+gradient flow): Rodas4, a fresh Jacobian and LU factorisation every step."""
+
+EIGEN_MIN_STATE = 128
+"""``auto`` uses :data:`EIGEN` only for at least this many parameters per lane. On small states a
+factorisation per step costs little and Rodas4's order 4 takes far fewer steps (conditioning draw
+d = 4, 21 states, κ = 20, t1 = 1e5, rtol 1e-8: 969 steps with :data:`EIGEN`, under 400 with Rodas4)."""
+
+SYMMETRY_TOL = _rosenbrock.SYMMETRY_TOL
+"""A lane counts as a gradient flow when :func:`asymmetry` is at most this."""
+
 EXPLICIT = "dopri8"
 
-IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5"})
+IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5", "ros34pw2-eigh"})
 """Resolved solver names that factorise dense matrices (:func:`blas_threads` applies to them)."""
 
 BLAS_THREADS = 1
@@ -114,15 +137,44 @@ def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
     return dtau * rho
 
 
-def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def asymmetry(field, y, seed: int = 1):
+    """``‖(P − Pᵀ) v‖ / ‖P v‖`` for the parameter block ``P`` of ``∂field/∂y`` at ``y`` and a fixed
+    pseudo-random ``v`` (one Jacobian–vector and one vector–Jacobian product): ``0`` up to
+    round-off for a gradient flow (``P = −c·∇²L``), of order one for a generic non-gradient field
+    (for a Gaussian ``v``, ``(P − Pᵀ) v = 0`` only if ``P`` is symmetric, with probability one).
+
+    **Arguments:** ``field`` a function of the state ``y``; ``y`` either ``(params, quadratures)``
+    (the engine's state: ``P`` is the block of ``params``; the quadratures, which the field does not
+    read, only add rows) or any pytree (``P`` the whole Jacobian).
+
+    **Returns:** a scalar ≥ 0 (``0`` where ``P v = 0``)."""
+    split = isinstance(y, tuple) and len(y) == 2
+    block = y[0] if split else y
+    flat, unravel = ravel_pytree(block)
+    v = unravel(jax.random.normal(jax.random.PRNGKey(seed), flat.shape, flat.dtype))
+    full = (lambda b: (b, jax.tree.map(jnp.zeros_like, y[1]))) if split else (lambda b: b)
+    pick = (lambda out: out[0]) if split else (lambda out: out)
+    jv = ravel_pytree(pick(jax.jvp(field, (y,), (full(v),))[1]))[0]
+    _, vjp = jax.vjp(field, y)
+    vj = ravel_pytree(pick(vjp(full(v))[0]))[0]
+    n = jnp.linalg.norm(jv)
+    return jnp.where(n > 0, jnp.linalg.norm(jv - vj) / jnp.where(n > 0, n, 1.0), 0.0)
+
+
+def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None, asym=None,
+                   state_size: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The solver each lane runs next, how many steps it may take in that round, and its phase.
 
     **Arguments:** ``solver_name`` the resolved name (a name of
     :data:`gradflow._engine.solve.SOLVERS` or :data:`AUTO_STIFF`); ``num_steps`` ``(k,)`` int,
     the steps each unfinished lane has taken so far (all phases); ``max_steps`` the run's budget;
     ``stiff`` ``(k,)`` bool, the lanes' current phase (``True``: implicit; default all explicit);
-    ``h_rho`` ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet).
+    ``h_rho`` ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet);
+    ``asym`` ``(k,)`` float, the Jacobian's asymmetry at the end of that round (:func:`asymmetry`;
+    default ``NaN``, unknown): implicit lanes run :data:`IMPLICIT` if it is at most
+    :data:`SYMMETRY_TOL` (a gradient flow), else :data:`IMPLICIT_FALLBACK` (when :data:`IMPLICIT`
+    is :data:`EIGEN`; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of
+    parameters per lane: below :data:`EIGEN_MIN_STATE` the fallback runs too.
 
     **Returns:** ``(solvers, left, stiff)``: ``(k,)`` arrays of concrete solver names, of steps
     the lane may take next (``0``: the lane's budget is spent, it ends as ``max_steps``; the
@@ -136,6 +188,10 @@ def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stif
     if h_rho is not None:
         h_rho = np.asarray(h_rho, dtype=np.float64)
         stiff = np.where(stiff, ~(h_rho < STIFF_OFF * DOPRI8_BOUNDARY), h_rho > STIFF_ON * DOPRI8_BOUNDARY)
-    solvers = np.where(stiff, IMPLICIT, EXPLICIT).astype(object)
-    left = np.where(stiff, budget, np.minimum(budget, EXPLICIT_ROUND))
+    symmetric = np.zeros(num_steps.shape, bool) if asym is None else np.asarray(asym, np.float64) <= SYMMETRY_TOL
+    symmetric = symmetric & (state_size >= EIGEN_MIN_STATE)
+    implicit = np.where(symmetric | (IMPLICIT != EIGEN), IMPLICIT, IMPLICIT_FALLBACK)
+    solvers = np.where(stiff, implicit, EXPLICIT).astype(object)
+    implicit_round = np.where(implicit == EIGEN, _rosenbrock.EIGEN_ROUND, budget)
+    left = np.where(stiff, np.minimum(budget, implicit_round), np.minimum(budget, EXPLICIT_ROUND))
     return solvers, left, stiff
