@@ -3,14 +3,15 @@
 A single ``simulate`` of a small problem runs for 1–3 ms, and ``equinox.filter_jit`` spends about
 0.1 ms per call on the host (binding the signature, partitioning the arguments into arrays and
 static values twice, its error-handling wrapper) where a plain :func:`jax.jit` call with the same
-arrays spends about 15 µs (``benchmarks/perf18.py``, per-call section). This wrapper partitions
+arrays spends about 15 µs (best of 2000 calls with ``_first_round``'s arguments, on the 2-core
+development machine; ``benchmarks/perf18.py`` reports ``simulate``'s host work). This wrapper partitions
 the arguments once (array leaves are traced; every other leaf is static, hashed together with the
 tree structure, as in equinox) and calls one :func:`jax.jit` whose compiled executables JAX keys
 by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on a cache hit,
 :func:`jax.clear_caches` and the persistent compilation cache apply to it as to any ``jax.jit``
 (the computation is named after the wrapped function, e.g. ``jit__first_round``). The traced
 program is the one ``equinox.filter_jit`` traces, so results are bitwise the same
-(``tests/test_performance.py``). Non-array outputs are returned as static values, as in equinox.
+(``tests/test_fastjit.py``). Non-array outputs are returned as static values, as in equinox.
 
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
 runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
