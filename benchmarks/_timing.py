@@ -17,8 +17,8 @@ def timed(fn, repeats):
     return float(np.median(times)), out
 
 
-def interleaved_medians(fns: dict, repeats: int) -> dict:
-    """``{name: (median seconds, last result)}``: one warm-up call each, then ``repeats`` rounds
+def interleaved_times(fns: dict, repeats: int) -> dict:
+    """``{name: (list of seconds, last result)}``: one warm-up call each, then ``repeats`` rounds
     with the calls interleaved (a change of machine load hits all of them alike)."""
     out = {name: fn() for name, fn in fns.items()}
     times = {name: [] for name in fns}
@@ -27,4 +27,9 @@ def interleaved_medians(fns: dict, repeats: int) -> dict:
             start = time.perf_counter()
             out[name] = fn()
             times[name].append(time.perf_counter() - start)
-    return {name: (float(np.median(times[name])), out[name]) for name in fns}
+    return {name: (times[name], out[name]) for name in fns}
+
+
+def interleaved_medians(fns: dict, repeats: int) -> dict:
+    """``{name: (median seconds, last result)}`` of :func:`interleaved_times`."""
+    return {name: (float(np.median(t)), out) for name, (t, out) in interleaved_times(fns, repeats).items()}

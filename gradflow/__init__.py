@@ -15,7 +15,6 @@ _install_source_finder(__path__[0])  # gradflow.theory / gradflow.sims from a so
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
 from ._cache import enable_compilation_cache  # noqa: E402
-from ._descend import descend, descend_params  # noqa: E402
 from ._engine.solve import SOLVERS  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
 from .integrate import integrate, integrate_batch  # noqa: E402
@@ -27,6 +26,24 @@ from .simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
 __version__ = "0.1.0"
+
+_LAZY = {"descend": "._descend", "descend_params": "._descend"}
+"""Public names imported on first use (PEP 562): ``descend`` needs optax, whose import costs
+~0.15 s that a process only simulating does not pay (``tests/test_imports.py``)."""
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = [
     "AbstractLoss",

@@ -78,7 +78,9 @@ def as_float_array(name: str, x, ndim: int | None = None, dtype=jnp.float64, acc
     if out.dtype.itemsize < arr.dtype.itemsize and not np.all(np.isfinite(out)):  # e.g. 1e39 in float32 mode
         raise bad_arg(name, x, f"values representable in {out.dtype} (JAX's float64 mode is off; "
                                'enable it with jax.config.update("jax_enable_x64", True))')
-    return out if host else jnp.asarray(out)
+    # jax.device_put rather than jnp.asarray: no compiled conversion per shape, which a fresh process
+    # would compile (or load from the cache) before its first solve
+    return out if host else jax.device_put(out)
 
 
 def check_positive(name: str, x, upper: float | None = None) -> float:
@@ -127,6 +129,8 @@ def check_times(t1, ts) -> tuple[float, np.ndarray | None]:
         raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]") from None
     if ts_arr is None or ts_arr.size == 0:
         raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
+    if ts_arr[0] >= 0 and ts_arr[-1] <= t1 and (ts_arr.size == 1 or bool((ts_arr[1:] > ts_arr[:-1]).all())):
+        return t1, ts_arr  # valid (one pass; any NaN/inf fails a comparison and gets its message below)
     if not np.all(np.isfinite(ts_arr)):
         raise bad_arg("ts", ts, "finite flow times")
     if np.any(ts_arr < 0) or np.any(ts_arr > t1):
@@ -149,6 +153,8 @@ def check_time_resolution(name: str, horizon: float, dtype=None) -> None:
     (the flow runs in log time ``τ = log(1 + t)``; ``t1 = 1e30`` is fine). In float32 the limit is
     :data:`FLOAT32_MAX_HORIZON`, and the message says how to switch float64 back on.
     """
+    if dtype is None and jax.config.jax_enable_x64:
+        return  # float64: every finite horizon (the common case, without a dtype look-up per call)
     dtype = working_dtype() if dtype is None else jnp.dtype(dtype)
     if jnp.finfo(dtype).bits < 64 and horizon > FLOAT32_MAX_HORIZON:
         raise bad_arg(

@@ -99,7 +99,7 @@ class LogisticTeacher(AbstractLoss):
         self.beta_star = as_float_array("beta_star", beta_star, ndim=1)
 
     def __check_init__(self):
-        if not isinstance(self.beta_star, jax.core.Tracer) and not bool(jnp.any(self.beta_star != 0)):
+        if not isinstance(self.beta_star, jax.core.Tracer) and not np.any(np.asarray(self.beta_star) != 0):
             raise bad_arg("beta_star", np.asarray(self.beta_star), "a non-zero teacher vector")
 
     def __call__(self, beta):
@@ -150,7 +150,7 @@ class SquareLoss(AbstractLoss):
         self.target = as_float_array("target", target, ndim=1)
         self.design = None if design is None else as_float_array("design", design, ndim=2)
         self.scale = check_positive("scale", scale)
-        if self.design is None and not isinstance(self.target, jax.core.Tracer) and not bool(jnp.any(self.target != 0)):
+        if self.design is None and not isinstance(self.target, jax.core.Tracer) and not np.any(np.asarray(self.target) != 0):
             raise bad_arg("target", np.asarray(self.target), "a non-zero target (it is the teacher direction β* without a design)")
         if self.design is not None and self.design.shape[0] != self.target.shape[0]:
             raise bad_arg(

@@ -31,6 +31,14 @@ from .losses import AbstractLoss
 __all__ = ["AbstractModel", "ValueSoftmax", "Tied", "RowWise", "MODELS", "get_model", "prepare"]
 
 
+def _as_float64(x):
+    """The temperature as a float64 JAX scalar; a Python or NumPy number is copied to the device
+    with ``jax.device_put`` (no compiled conversion, which a fresh process would compile first)."""
+    if isinstance(x, (jax.Array, jax.core.Tracer)):
+        return jnp.asarray(x, jnp.float64)
+    return jax.device_put(np.asarray(x, dtype=jax.dtypes.canonicalize_dtype(jnp.float64)))
+
+
 class AbstractModel(eqx.Module):
     """Shared behaviour. ``normalization`` is a name of :data:`gradflow.maps.MAPS`;
     ``temperature`` divides the logits before the map.
@@ -39,14 +47,14 @@ class AbstractModel(eqx.Module):
     (and may override ``logits``, ``u``); the concrete models here are final in intent."""
 
     normalization: str = eqx.field(static=True, default="softmax")
-    temperature: Float[Array, ""] = eqx.field(default=1.0, converter=lambda x: jnp.asarray(x, jnp.float64))
+    temperature: Float[Array, ""] = eqx.field(default=1.0, converter=lambda x: _as_float64(x))
 
     name = "abstract"
 
     def __check_init__(self):
         _maps.get_map(self.normalization)
         if not isinstance(self.temperature, jax.core.Tracer):
-            if not (bool(jnp.isfinite(self.temperature)) and float(self.temperature) > 0):
+            if not (np.isfinite(np.asarray(self.temperature)) and float(self.temperature) > 0):  # on the host: no compiled check
                 raise bad_arg("temperature", float(self.temperature), "a positive finite float")
 
     # --- what each model defines -------------------------------------------------
@@ -220,9 +228,9 @@ def prepare(loss, V0, a0, model, normalization, temperature, batch: bool):
             raise bad_arg("V0s/a0s", (tuple(V0.shape), tuple(a0.shape)), "arrays with the same leading batch size B ≥ 1")
         if V0.ndim != 3:
             raise bad_arg("V0s.shape", tuple(V0.shape), "(B, d, n): one (d, n) value block per lane")
-        mdl.check_shapes(V0[0], a0[0], loss)
-    else:
-        mdl.check_shapes(V0, a0, loss)
+        type(mdl).check_shapes(mdl, V0[0], a0[0], loss)
+    else:  # called through the class: equinox builds a bound-method module per attribute access (~40 µs)
+        type(mdl).check_shapes(mdl, V0, a0, loss)
     if not _total(mdl) and not bool(_weights_finite(mdl, V0, a0, batch)):
         raise bad_arg(
             a_name,

@@ -1,0 +1,97 @@
+"""``filter_jit``: :func:`equinox.filter_jit`'s semantics with a cheaper call on repeated calls.
+
+A single ``simulate`` of a small problem runs for 1–3 ms, and ``equinox.filter_jit`` spends about
+0.1 ms per call on the host (binding the signature, partitioning the arguments into arrays and
+static values twice, its error-handling wrapper) where a plain :func:`jax.jit` call with the same
+arrays spends about 15 µs (best of 2000 calls with ``_first_round``'s arguments, on the 2-core
+development machine; ``benchmarks/perf18.py`` reports ``simulate``'s host work). This wrapper partitions
+the arguments once (array leaves are traced; every other leaf is static, hashed together with the
+tree structure, as in equinox) and calls one :func:`jax.jit` whose compiled executables JAX keys
+by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on a cache hit,
+:func:`jax.clear_caches` and the persistent compilation cache apply to it as to any ``jax.jit``
+(the computation is named after the wrapped function, e.g. ``jit__first_round``). The traced
+program is the one ``equinox.filter_jit`` traces, so results are bitwise the same
+(``tests/test_fastjit.py``). Non-array outputs are returned as static values, as in equinox.
+
+Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
+runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
+:func:`gradflow._engine._eqx_compat.cacheable`).
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+
+__all__ = ["filter_jit"]
+
+
+_is_array = eqx.is_array  # what equinox traces: JAX and NumPy arrays, NumPy scalars
+
+
+class _Static:
+    """The static part of a pytree: its structure and its non-array leaves (``None`` where an array
+    goes). Hashable and compared by value; the key of a compiled executable."""
+
+    __slots__ = ("treedef", "leaves", "_hash")
+
+    def __init__(self, treedef, leaves: tuple):
+        self.treedef, self.leaves = treedef, leaves
+        self._hash = hash((treedef, leaves))
+
+    def __hash__(self):
+        return self._hash
+
+    def __eq__(self, other):
+        return type(other) is _Static and self._hash == other._hash and self.treedef == other.treedef and \
+            self.leaves == other.leaves
+
+    def combine(self, arrays):
+        it = iter(arrays)
+        return jax.tree.unflatten(self.treedef, [next(it) if leaf is None else leaf for leaf in self.leaves])
+
+
+def _partition(tree):
+    leaves, treedef = jax.tree.flatten(tree)
+    arrays = [x for x in leaves if _is_array(x)]
+    return arrays, _Static(treedef, tuple(None if _is_array(x) else x for x in leaves))
+
+
+@jax.tree_util.register_static
+class _Out:
+    """The static part of a traced function's output, carried through :func:`jax.jit` as a pytree
+    node without children."""
+
+    __slots__ = ("static",)
+
+    def __init__(self, static: _Static):
+        self.static = static
+
+    def __hash__(self):
+        return hash(self.static)
+
+    def __eq__(self, other):
+        return type(other) is _Out and self.static == other.static
+
+
+def filter_jit(fn):
+    """``fn`` compiled with :func:`jax.jit`, array leaves of its positional arguments traced and
+    every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree."""
+
+    def traced(static: _Static, arrays):
+        out = fn(*static.combine(arrays))
+        out_arrays, out_static = _partition(out)
+        return out_arrays, _Out(out_static)
+
+    traced.__name__, traced.__qualname__ = fn.__name__, getattr(fn, "__qualname__", fn.__name__)
+    traced.__module__, traced.__doc__ = fn.__module__, fn.__doc__
+    jitted = jax.jit(traced, static_argnums=0)
+
+    def call(*args):
+        arrays, static = _partition(args)
+        out_arrays, out = jitted(static, arrays)
+        return out.static.combine(out_arrays)
+
+    call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
+    call.jitted = jitted
+    return call

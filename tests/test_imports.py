@@ -1,0 +1,49 @@
+"""``import gradflow`` loads only what a flow needs (jax, equinox, diffrax and gradflow's engine):
+plotting, optax, progress bars, xarray, the transformer code of the paper's Sec. 4 and the
+test-only libraries load when first used. A cold process pays every import (issue 18's cold
+start; measured in ``benchmarks/``)."""
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+LAZY = ("matplotlib", "optax", "tqdm", "xarray", "gradflow.sims", "gradflow.sims.sec4", "hypothesis", "scipy",
+        "gradflow.plot", "gradflow.sweep", "gradflow._descend")
+
+_SCRIPT = r"""
+import json, sys
+lazy = sys.argv[1].split(",")
+import gradflow
+after_import = {m: m in sys.modules for m in lazy}
+gradflow.simulate  # the flow's entry point is there without further imports
+descend = gradflow.descend  # first use: imports optax
+after_descend = {m: m in sys.modules for m in ("optax", "gradflow._descend", "matplotlib")}
+import gradflow.plot
+after_plot = {m: m in sys.modules for m in ("matplotlib",)}  # still lazy: plot imports it when drawing
+import numpy as np
+traj = gradflow.simulate(gradflow.LogisticTeacher(np.ones(2)), 0.1 * np.eye(2), np.zeros(2), t1=10.0, ts=[0.0, 1.0, 10.0])
+gradflow.plot.trajectory(traj)
+after_draw = {m: m in sys.modules for m in ("matplotlib",)}
+import gradflow.sweep
+after_sweep = {m: m in sys.modules for m in ("tqdm",)}
+print(json.dumps(dict(after_import=after_import, after_descend=after_descend, after_plot=after_plot, after_draw=after_draw,
+                      after_sweep=after_sweep, descend_ok=descend is gradflow._descend.descend)))
+"""
+
+
+def test_import_gradflow_loads_no_plotting_optax_tqdm_or_transformer_code():
+    env = {**os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-c", _SCRIPT, ",".join(LAZY)], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    loaded = [m for m, present in res["after_import"].items() if present]
+    assert not loaded, f"imported by `import gradflow`: {loaded}"
+    # controls: the same check sees each of them once it is used
+    assert res["after_descend"] == {"optax": True, "gradflow._descend": True, "matplotlib": False}, res
+    assert res["after_plot"] == {"matplotlib": False} and res["after_draw"] == {"matplotlib": True}, res
+    assert res["after_sweep"] == {"tqdm": True}, res
+    assert res["descend_ok"], res
