@@ -1,7 +1,7 @@
 """The baselines: the authors' NumPy gradient-descent loop and SciPy ``solve_ivp``.
 
 The GD loop is written as the paper's authors would (plain NumPy, one iteration per Python
-loop turn, lr 0.1, SPEC §6 Fig. 2), with a numerically stable ``γ = expit(−⟨β*, β⟩)``. SciPy
+loop turn, lr 0.1, the setting of the paper's Fig. 2), with a numerically stable ``γ = expit(−⟨β*, β⟩)``. SciPy
 integrates the same log-time system ``τ = log(1 + t)`` with the independent NumPy field of
 ``benchmarks/reference.py``.
 """
