@@ -115,6 +115,16 @@ def _public_names() -> list[str]:
     raise PluginError("gradflow/__init__.py has no __all__")
 
 
+def _lazy_names() -> dict[str, str]:
+    """``gradflow._LAZY``: public names imported on first use, mapped to their defining module."""
+    with open(os.path.join(ROOT, "gradflow", "__init__.py")) as f:
+        tree = ast.parse(f.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "_LAZY" for t in node.targets):
+            return ast.literal_eval(node.value)
+    return {}
+
+
 _MODULES = {"maps"}  # public names that are modules: documented on their own below
 
 
@@ -148,7 +158,11 @@ def on_page_markdown(markdown, page, config, files):
     for name in sorted(_public_names(), key=str.lower):
         if name in _MODULES:
             continue
-        blocks += [f"::: gradflow.{name}", ""]
+        lazy = _lazy_names().get(name)
+        if lazy:  # imported on first use (PEP 562): documented from the module that defines it
+            blocks += [f"::: gradflow{lazy}.{name}", "    options:", "      show_root_full_path: false", ""]
+        else:
+            blocks += [f"::: gradflow.{name}", ""]
     return markdown.replace("<!-- gradflow-api -->", "\n".join(blocks))
 
 
