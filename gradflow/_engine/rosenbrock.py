@@ -148,6 +148,29 @@ _W_E = _clean((_W_B - _W_BHAT) @ _W_GINV)                               # error 
 _W_CT = _clean(_W_ALPHA.sum(axis=1))                                    # stage times c_i
 _W_D = _clean(_W_GAMMAS.sum(axis=1))                                    # h d_i ∂f/∂t on the right
 
+
+def _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft, solve):
+    """The four stages of ROS34PW2 in the form of :class:`Ros34pw2`'s docstring, with ``solve(r)``
+    standing for ``W⁻¹ r`` (a stored inverse or :func:`eigen_solve`). Returns ``(y1, error
+    estimate, dense_info)`` as pytrees like ``y0``."""
+    h = t1 - t0
+    us = []
+    for i in range(4):
+        if i == 0:
+            fi = f0
+        else:
+            u = flat0 + sum(_W_A[i, j] * us[j] for j in range(i) if _W_A[i, j] != 0.0)
+            fi = f(t0 + _W_CT[i] * h, u)
+        rhs = fi + (h * _W_D[i]) * ft if _W_D[i] != 0.0 else fi
+        if i > 0:
+            rhs = rhs + sum(_W_C[i, j] * us[j] for j in range(i) if _W_C[i, j] != 0.0) / h
+        us.append(solve(rhs))
+    flat1 = flat0 + sum(_W_M[j] * us[j] for j in range(4))
+    err = sum(_W_E[j] * us[j] for j in range(4))
+    f1 = f(t1, flat1)
+    y1 = unravel(flat1)
+    return y1, unravel(err), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+
 HOLD_MAX = 1.2
 """:class:`HoldStep` keeps the step size when the controller proposes to grow it by a factor in
 ``[1, HOLD_MAX]`` (as Hairer & Wanner's RADAU5 does), so that :class:`Ros34pw2` reuses ``W⁻¹``."""
@@ -222,24 +245,9 @@ class Ros34pw2(diffrax.AbstractAdaptiveSolver):
             return jnp.linalg.inv(jnp.eye(flat0.size, dtype=flat0.dtype) / (h * _W_GAMMA) - jac)
 
         inv_w = jax.lax.cond(reuse, lambda _: inv_w, refresh, None)
-        us = []
-        for i in range(4):
-            if i == 0:
-                fi = f0
-            else:
-                u = flat0 + sum(_W_A[i, j] * us[j] for j in range(i) if _W_A[i, j] != 0.0)
-                fi = f(t0 + _W_CT[i] * h, u)
-            rhs = fi + (h * _W_D[i]) * ft if _W_D[i] != 0.0 else fi
-            if i > 0:
-                rhs = rhs + sum(_W_C[i, j] * us[j] for j in range(i) if _W_C[i, j] != 0.0) / h
-            us.append(inv_w @ rhs)
-        flat1 = flat0 + sum(_W_M[j] * us[j] for j in range(4))
-        err = sum(_W_E[j] * us[j] for j in range(4))
-        f1 = f(t1, flat1)
-        y1 = unravel(flat1)
-        dense_info = dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+        y1, err, dense_info = _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft, lambda rhs: inv_w @ rhs)
         state = (inv_w, jnp.where(reuse, h_w, h), jnp.where(reuse, age + 1, 0).astype(jnp.int32))
-        return y1, unravel(err), dense_info, state, diffrax.RESULTS.successful
+        return y1, err, dense_info, state, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
@@ -371,23 +379,9 @@ class EigenW(diffrax.AbstractAdaptiveSolver):
             return ravel_pytree(terms.vf(t, unravel(x), args))[0]
 
         f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
-        us = []
-        for i in range(4):
-            if i == 0:
-                fi = f0
-            else:
-                u = flat0 + sum(_W_A[i, j] * us[j] for j in range(i) if _W_A[i, j] != 0.0)
-                fi = f(t0 + _W_CT[i] * h, u)
-            rhs = fi + (h * _W_D[i]) * ft if _W_D[i] != 0.0 else fi
-            if i > 0:
-                rhs = rhs + sum(_W_C[i, j] * us[j] for j in range(i) if _W_C[i, j] != 0.0) / h
-            us.append(eigen_solve(Q, QT, mu, R, c0, hg, rhs, n_p))
-        flat1 = flat0 + sum(_W_M[j] * us[j] for j in range(4))
-        err = sum(_W_E[j] * us[j] for j in range(4))
-        f1 = f(t1, flat1)
-        y1 = unravel(flat1)
-        dense_info = dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
-        return y1, unravel(err), dense_info, solver_state, diffrax.RESULTS.successful
+        y1, err, dense_info = _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft,
+                                        lambda rhs: eigen_solve(Q, QT, mu, R, c0, hg, rhs, n_p))
+        return y1, err, dense_info, solver_state, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
