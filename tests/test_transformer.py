@@ -227,6 +227,21 @@ def test_bos_share_on_hand_made_maps_rows_1_to_9():
                                (0.95 + np.mean([i / (i + 9) for i in range(1, 10)])) / 2)
 
 
+def test_sink_count_as_the_authors_and_over_fractions_only():
+    """Two variants, one kept 4-head run each, hand-made layer-2 shares. The authors count a head
+    as a sink when its share exceeds 0.9; a signed kernel's share can exceed 1 (a row sums to ≈ 0),
+    and the bounded count leaves those out. A run below 0.95 accuracy never counts."""
+    from gradflow.sims.sec4 import _figures as f
+
+    shares = np.array([[0.95, 0.99, 0.5, 1.0], [1.37, -1.25, 0.65, 87.6]])  # (V, H)
+    data = {"bos_share": shares[:, None, None, :],  # (V, R=1, L=1, H)
+            "ind_available": np.array([[True], [True]]), "induction_acc": np.array([[1.0], [0.99]])}
+    np.testing.assert_allclose(f.sink_percent(data), [75.0, 50.0])
+    np.testing.assert_allclose(f.sink_percent_bounded(data), [75.0, 0.0])  # positive kernel: the same
+    data["induction_acc"] = np.array([[1.0], [0.5]])  # control: the second run is not kept
+    assert np.isnan(f.sink_percent(data)[1]) and f.sink_percent_all(data)[1] == 50.0
+
+
 def _attack_fixture(monkeypatch, heads):
     """Hand-made group models on vocab 41 (each sequence holds its whole group): attention maps
     whose CLS row of head ``h`` is ``heads[h](tokens)``, and two predictors."""

@@ -236,15 +236,30 @@ def kept(data: dict, stop_acc: float = 0.95) -> np.ndarray:
     return data["ind_available"] & (np.nan_to_num(data["induction_acc"]) > stop_acc)
 
 
-def _sink_percent(data: dict, keep: np.ndarray) -> np.ndarray:
+def _sink_percent(data: dict, keep: np.ndarray, bounded: bool = False) -> np.ndarray:
     sinks = data["bos_share"][:, :, -1, :]  # (V, R, H), NaN beyond a run's heads
     out = np.full(keep.shape[0], np.nan)
     for i in range(keep.shape[0]):
         heads = sinks[i][keep[i]]
         heads = heads[np.isfinite(heads)]
         if heads.size:
-            out[i] = 100 * np.mean(heads > 0.9)
+            sink = heads > 0.9
+            if bounded:
+                sink &= heads <= SHARE_MAX
+            out[i] = 100 * np.mean(sink)
     return out
+
+
+SHARE_MAX = 1.0 + 1e-6
+"""A share above this is possible only for a signed kernel (mlp, linear), where a row's weights can
+sum to about 0, so that Σ BOS / Σ all is unbounded: it is not a fraction of the attention."""
+
+
+def sink_percent_bounded(data: dict) -> np.ndarray:
+    """As :func:`sink_percent`, counting only heads whose BOS share is a fraction: 0.9 < share ≤ 1.
+    Differs from the authors' count only for the signed kernels (mlp, linear), whose share can
+    exceed 1 (or be negative) when a row's weights sum to about 0."""
+    return _sink_percent(data, kept(data), bounded=True)
 
 
 def sink_percent(data: dict) -> np.ndarray:
@@ -259,6 +274,20 @@ def sink_percent_all(data: dict) -> np.ndarray:
 
 
 KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
+
+
+BAR_WIDTH = 0.38
+
+
+def bar_position(name: str, all_variants: bool = True, names=None) -> float:
+    """x of variant ``name``'s bar in :func:`bars_by_kernel` (with every Table 1 variant slotted)."""
+    grid = [variant_name(k, n) for k in KERNEL_ORDER for n in (True, False) if not (k == "softmax" and not n)]
+    if not all_variants:
+        grid = [g for g in grid if g in names]
+    kernels = [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
+    kernel, norm = name.rsplit("-", 1)
+    xi = kernels.index(kernel)
+    return xi if kernel == "softmax" else xi + (-BAR_WIDTH / 2 if norm == "norm" else BAR_WIDTH / 2)
 
 
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
@@ -280,7 +309,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
     if not all_variants:
         grid = [g for g in grid if g in names]
     kernels = [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
-    width = 0.38
+    width = BAR_WIDTH
     cmap = plt.get_cmap("tab10")
     top = max(float(np.nanmax(values)) if np.any(np.isfinite(values)) else 0.0, top)
     for xi, kernel in enumerate(kernels):
@@ -288,7 +317,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
             name = variant_name(kernel, norm)
             if name not in grid:
                 continue
-            x = xi if kernel == "softmax" else xi + (-width / 2 if norm else width / 2)
+            x = bar_position(name, all_variants, names)
             i = names.index(name) if name in names else None
             val = values[i] if i is not None else np.nan
             if np.isfinite(val):
@@ -303,7 +332,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                         and bool(np.all(np.isfinite(np.asarray(diverged[i])[np.asarray(available[i])]))))
                 label = "diverged" if gone else ran_label if ran else "not run"
                 ax.text(x, 0.02 * top, label, ha="center", va="bottom", fontsize=5, color="0.35", rotation=90)
-    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels], fontsize=6.5)
+    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels], fontsize=6.5, rotation=25, ha="right")
     ax.set_xlim(-0.7, len(kernels) - 0.3)
     ax.set_ylabel(ylabel)
     if legend:

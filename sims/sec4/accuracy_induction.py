@@ -5,7 +5,9 @@ runs. Middle: accuracy at every evaluation of the main runs (the first induction
 epochs. Right: the layer-2 BOS share (the sink measurement) at every evaluation, the largest
 over the heads (solid) and their mean (dotted); at paper scale a grey line marks where an
 earlier, early-stopping version of our softmax run stopped (epoch 4.2): does the share keep
-rising after it?
+rising after it? A curve that leaves [−1.5, 1.5] (a signed kernel, mlp or linear, whose row can
+sum to about 0: the share is then not a fraction) is not drawn there; its range is written in the
+panel.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ import numpy as np
 from gradflow.sims import style
 
 from gradflow.sims.sec4 import _figures as _sec4
+
+OFF_SCALE = 1.5
+"""|BOS share| beyond which a curve is not drawn in the share panel (its range is written instead)."""
 
 
 def plot(data: dict, cfg: dict):
@@ -30,6 +35,7 @@ def plot(data: dict, cfg: dict):
     ax.set_ylim(0, 1.12)
     ax.set_title("final accuracy (chance 1/49)", fontsize=7, pad=14)
     cols = style.colors(len(cfg["variants"]))
+    off_scale = []
     for i, name in enumerate(cfg["variants"]):
         if not data["ind_available"][i, 0]:
             continue
@@ -39,9 +45,14 @@ def plot(data: dict, cfg: dict):
         ax_c.plot(ep, data["curve_acc"][i, 0], color=cols[i], label=_sec4.variant_label(name), linestyle=style_,
                   marker=".", markersize=2.5)
         bos = data["curve_bos"][i, 0]
-        ax_b.plot(ep, _sec4.nan_reduce(np.nanmax, bos, -1), color=cols[i], linestyle=style_, marker=".",
-                  markersize=2.5)
-        ax_b.plot(ep, _sec4.nan_reduce(np.nanmean, bos, -1), color=cols[i], linestyle=":", linewidth=0.8)
+        curves = {"max": _sec4.nan_reduce(np.nanmax, bos, -1), "mean": _sec4.nan_reduce(np.nanmean, bos, -1)}
+        for kind, curve in curves.items():
+            if np.nanmax(np.abs(curve), initial=0.0) > OFF_SCALE:  # a signed kernel's share is not a fraction
+                off_scale.append(f"{_sec4.variant_label(name)} ({kind}) {np.nanmin(curve):.3g}…{np.nanmax(curve):.3g}")
+            elif kind == "max":
+                ax_b.plot(ep, curve, color=cols[i], linestyle=style_, marker=".", markersize=2.5)
+            else:
+                ax_b.plot(ep, curve, color=cols[i], linestyle=":", linewidth=0.8)
         gone = data["diverged_step"][i, 0]
         if np.isfinite(gone):
             k = np.nanargmin(np.abs(data["curve_step"][i, 0] - gone))
@@ -61,6 +72,9 @@ def plot(data: dict, cfg: dict):
     ax_b.set_ylabel("layer-2 BOS share")
     ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
     ax_b.set_title("BOS share: max over heads (solid), mean (dotted)", fontsize=7)
+    if off_scale:
+        ax_b.text(0.98, 0.03, "not drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
+                  transform=ax_b.transAxes, ha="right", va="bottom", fontsize=5, color="C3")
     missing = [n for i, n in enumerate(cfg["variants"]) if not data["ind_available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.3, f"not run: {len(missing)} of {len(cfg['variants'])} variants",

@@ -6,6 +6,11 @@ evaluation sequence, Σ (weights on BOS) / Σ (all weights) over the rows of the
 accuracy > 0.95 count, and the % pools the heads of every kept run (all head counts, lrs and
 seeds run), as the paper's panel does. Left: % sink heads per variant. Right: every layer-2
 head's BOS share of every run (also runs below 0.95), with the 0.9 threshold.
+
+For the signed kernels (mlp, linear) a row's weights can sum to about 0, so the share is not a
+fraction and can exceed 1 or be negative. The bars count as the authors do (share > 0.9); a bar
+whose count includes shares > 1 is marked † and the count over shares in (0.9, 1] is given below
+the panel (and in the summary as ``sink_heads_percent_kept_share_at_most_1``).
 """
 
 from __future__ import annotations
@@ -23,9 +28,19 @@ def plot(data: dict, cfg: dict):
     data = _sec4.unpack(data)
     fig, axes = style.figure(1, 2, height=2.9)
     ax, ax_h = axes[0]
-    _sec4.bars_by_kernel(ax, _sec4.sink_percent(data), cfg, ylabel="% sink heads (layer 2)",
+    pct, pct_bounded = _sec4.sink_percent(data), _sec4.sink_percent_bounded(data)
+    _sec4.bars_by_kernel(ax, pct, cfg, ylabel="% sink heads (layer 2)",
                          available=data["ind_available"], top=100.0, diverged=data["diverged_step"])
     ax.set_ylim(0, 112)
+    unbounded = [i for i in range(len(pct)) if np.isfinite(pct[i]) and pct[i] != pct_bounded[i]]
+    for i in unbounded:  # the authors' count includes heads whose share is not a fraction
+        x = _sec4.bar_position(cfg["variants"][i])
+        ax.text(x, pct[i] + 9, "†", ha="center", va="bottom", fontsize=7, color="C3")
+    if unbounded:
+        ax.text(0.98, 0.97, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
+                "shares in (0.9, 1] only: "
+                + ", ".join(f"{_sec4.variant_label(cfg['variants'][i])} {pct_bounded[i]:.0f} %" for i in unbounded),
+                transform=ax.transAxes, fontsize=5, color="C3", va="top", ha="right")
     ax.set_title("sink heads in runs with induction acc. > 0.95", fontsize=7, pad=14)
     names = cfg["variants"]
     runs = cfg["induction_runs"]
@@ -49,7 +64,14 @@ def plot(data: dict, cfg: dict):
                    fontsize=6.5)
     b2 = data["bos_share"][:, :, -1]
     lo, hi = (np.nanmin(b2), np.nanmax(b2)) if np.isfinite(b2).any() else (0.0, 1.0)
-    ax_h.set_ylim(min(-0.03, lo - 0.05), max(1.03, hi + 0.05))  # signed kernels: shares outside [0, 1]
+    if hi > 2 or lo < -1:  # signed kernels: shares far outside [0, 1]; linear in [-1, 1], log beyond
+        ax_h.set_yscale("symlog", linthresh=1.0, linscale=3.0)
+        ax_h.set_ylim(min(-0.03, lo * 1.3), max(1.03, hi * 1.3))
+        ax_h.axhspan(1.0, max(1.03, hi * 1.3), color="C3", alpha=0.06, linewidth=0)
+        ax_h.text(0.01, 0.99, "share > 1: signed kernel, not a fraction (axis: log beyond ±1)",
+                  transform=ax_h.transAxes, fontsize=5.5, color="C3", va="top")
+    else:
+        ax_h.set_ylim(min(-0.03, lo - 0.05), max(1.03, hi + 0.05))  # signed kernels: shares outside [0, 1]
     for i in range(len(names)):
         if not data["ind_available"][i].any():
             ax_h.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=6, color="0.35")
@@ -59,7 +81,9 @@ def plot(data: dict, cfg: dict):
 
 def _summary(data: dict, cfg: dict, i: int) -> dict:
     pct, pct_all = _sec4.sink_percent(data)[i], _sec4.sink_percent_all(data)[i]
+    pct_bounded = _sec4.sink_percent_bounded(data)[i]
     return {"sink_heads_percent_kept": None if np.isnan(pct) else float(pct),
+            "sink_heads_percent_kept_share_at_most_1": None if np.isnan(pct_bounded) else float(pct_bounded),
             "sink_heads_percent_all_runs": None if np.isnan(pct_all) else float(pct_all),
             "layer2_bos_share": [_sec4.finite(data["bos_share"][i, r, -1, :s["n_heads"]])
                                  for r, s in enumerate(cfg["induction_runs"])],
