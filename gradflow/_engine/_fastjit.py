@@ -23,6 +23,8 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
+from . import _export
+
 __all__ = ["filter_jit"]
 
 
@@ -74,12 +76,21 @@ class _Out:
         return type(other) is _Out and self.static == other.static
 
 
-def filter_jit(fn):
+def filter_jit(fn=None, *, export: bool = False):
     """``fn`` compiled with :func:`jax.jit`, array leaves of its positional arguments traced and
-    every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree."""
+    every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree.
+
+    ``export``: with the persistent compilation cache on, the traced program is stored as a
+    serialised :class:`jax.export.Exported` beside the cache and a new process loads it instead
+    of tracing ``fn`` (:func:`gradflow._engine._export.lookup`; any miss or failure traces
+    ``fn`` as usual). Its output pytree's :class:`equinox.Module` nodes must be registered with
+    :func:`gradflow._engine._export.register_output`."""
+    if fn is None:
+        return lambda f: filter_jit(f, export=export)
 
     def traced(static: _Static, arrays):
-        out = fn(*static.combine(arrays))
+        exported = _export.lookup(fn, static, arrays) if export else None
+        out = fn(*static.combine(arrays)) if exported is None else exported.call(*arrays)
         out_arrays, out_static = _partition(out)
         return out_arrays, _Out(out_static)
 
@@ -93,5 +104,6 @@ def filter_jit(fn):
         return out.static.combine(out_arrays)
 
     call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
+    call.__module__ = fn.__module__
     call.jitted = jitted
     return call
