@@ -76,6 +76,9 @@ def release_executables(limit: int = MAPPINGS_SOFT_LIMIT) -> bool:
         return False
     import gc
 
+    from ._engine import _export
+
     jax.clear_caches()
+    _export.clear()  # the solves loaded from serialised executables
     gc.collect()
     return True

@@ -56,37 +56,48 @@ def _same_bits(x: dict, y: dict, item: str) -> bool:
     return bool(keys) and all(np.array_equal(x[k], y[k]) and x[k].dtype == y[k].dtype for k in keys)
 
 
+def _stats(**counts):
+    return {"loaded": 0, "from_exported": 0, "stored": 0, "traced": 0, **counts}
+
+
 def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp_path):
-    """Process 1 (empty cache) traces, exports and stores ``_first_round``; process 2 loads it
-    (no tracing) and gives bitwise the result of a process without any cache (the traced path);
-    a new shape (n = 4) misses and is traced, exported and correct; a corrupted artefact (one
-    payload byte flipped) is detected, traced again and rewritten. (A new solver's miss and a
-    truncated file: the in-process tests below.)"""
+    """Process 1 (empty cache) traces, exports, compiles and stores ``_first_round`` (program and
+    executable); process 2 loads the executable (no tracing, lowering or compilation) and gives
+    bitwise the result of a process without any cache (the traced path); a new shape (n = 4)
+    misses and is traced, stored and correct; without its executable the stored program is
+    compiled again (no tracing), bitwise the same; a corrupted program file (one payload byte
+    flipped) is detected, traced again and rewritten. (A new solver's miss, truncated files and
+    another key's file: the in-process tests below.)"""
     cache = tmp_path / "cache"
     stats_ref, ref = _run(tmp_path, "none", "ref", "3:dopri8", "4:dopri8")
-    assert stats_ref == {"loaded": 0, "stored": 0, "traced": 2}, stats_ref  # no cache: nothing stored
+    assert stats_ref == _stats(traced=2), stats_ref  # no cache: nothing stored
 
     stats1, first = _run(tmp_path, cache, "first", "3:dopri8")
-    assert stats1 == {"loaded": 0, "stored": 1, "traced": 0}, stats1
+    assert stats1 == _stats(stored=1), stats1
     stored = sorted(os.listdir(cache / _export.FOLDER))
-    assert len(stored) == 1 and stored[0].startswith("first_round-"), stored
+    assert len(stored) == 2 and stored[0].startswith("first_round-") and stored[1] == stored[0] + ".xla", stored
 
     stats2, second = _run(tmp_path, cache, "second", "3:dopri8", "4:dopri8")
-    assert stats2 == {"loaded": 1, "stored": 1, "traced": 0}, stats2
+    assert stats2 == _stats(loaded=1, stored=1), stats2
     for item in ("3:dopri8", "4:dopri8"):
         assert _same_bits(second, ref, item), item
     assert _same_bits(first, ref, "3:dopri8")
-    assert len(os.listdir(cache / _export.FOLDER)) == 2
+    assert len(os.listdir(cache / _export.FOLDER)) == 4
 
-    artefact = cache / _export.FOLDER / stored[0]
-    blob = bytearray(artefact.read_bytes())
+    program, executable = (cache / _export.FOLDER / name for name in stored)
+    executable.unlink()
+    stats3, third = _run(tmp_path, cache, "no-executable", "3:dopri8")
+    assert stats3 == _stats(from_exported=1), stats3
+    assert _same_bits(third, ref, "3:dopri8") and executable.exists()
+
+    blob = bytearray(program.read_bytes())
     broken = blob.copy()
     broken[-100] ^= 0xFF
-    artefact.write_bytes(bytes(broken))
-    stats3, third = _run(tmp_path, cache, "flipped", "3:dopri8")
-    assert stats3 == {"loaded": 0, "stored": 1, "traced": 0}, stats3
-    assert _same_bits(third, ref, "3:dopri8")
-    assert artefact.read_bytes() == bytes(blob)  # rewritten whole (the exported program is deterministic)
+    program.write_bytes(bytes(broken))
+    stats4, fourth = _run(tmp_path, cache, "flipped", "3:dopri8")
+    assert stats4 == _stats(stored=1), stats4
+    assert _same_bits(fourth, ref, "3:dopri8")
+    assert program.read_bytes() == bytes(blob)  # rewritten whole (the exported program is deterministic)
 
 
 def test_damaged_or_foreign_artefacts_are_not_loaded(tmp_path):

@@ -1,40 +1,46 @@
-"""Serialised solves (:mod:`jax.export`) beside the persistent compilation cache: no re-tracing in a new process.
+"""Serialised solves beside the persistent compilation cache: no tracing, lowering or compiling in a new process.
 
 JAX's persistent compilation cache skips XLA's compilation in a new process, but not the
 tracing and lowering of the Python program that precede it: a cold process making Fig. 2's data
-with the cache hit spent about 1.5–2 s tracing ``_first_round`` (diffrax's solve, the events,
-the finish) against 0.2–0.3 s loading its executable (``benchmarks/PERF18.md``). With the
-compilation cache on (:func:`gradflow.enable_compilation_cache`), :func:`lookup` stores the traced
-program of a solve as a :class:`jax.export.Exported` in ``<cache folder>/gradflow-exported/``
-and a later process deserialises it instead of tracing; its compilation is then a hit of the
-compilation cache as before.
+with the cache hit spent 1.4–1.9 s tracing ``_first_round`` (diffrax's solve, the events, the
+finish) and 0.3–0.5 s lowering it, against 0.2–0.3 s loading its executable
+(``benchmarks/PERF18.md``). With the compilation cache on
+(:func:`gradflow.enable_compilation_cache`), :func:`compiled` stores a solve in
+``<cache folder>/gradflow-exported/`` twice: its traced program as a :class:`jax.export.Exported`
+(``<name>-<key hash>``) and the executable compiled from that program
+(``<name>-<key hash>.xla``, :mod:`jax.experimental.serialize_executable`). A later process loads
+the executable (nothing traced, lowered or compiled); if that fails, it compiles the stored
+program (nothing traced; the compilation itself comes from JAX's cache when it is there).
 
-**The key** of an artefact is everything the traced program depends on, written out as text
-(:func:`_describe`): the function's name; the static part of the arguments (the pytree
-structure with its node types and their static fields, every non-array leaf: solver name,
+**The key** of an artefact is everything the traced program and its executable depend on,
+written out as text (:func:`_key`): the function's name; the static part of the arguments (the
+pytree structure with its node types and their static fields, every non-array leaf: solver name,
 step budget, the :class:`~gradflow._engine.solve.Flow` and its functions, model and loss classes
-with their static fields); the abstract arrays (shape, dtype, weak type); JAX's tracing
-configuration (``jax._src.config.trace_context()``: x64, matmul precision, promotion rules, ...);
-the backend; the versions of Python, NumPy, jax, jaxlib, equinox, diffrax, optimistix and lineax;
-a hash of the source files of the ``gradflow`` package and of every module whose functions or
-classes the key names; the engine's module-level constants (e.g.
-:data:`gradflow._engine.batch.UNROLL_LANES`). A function or class is named by its module and
-qualified name and must be importable under that name (no lambdas or local functions), from
-``gradflow`` or from a versioned library above; anything else (a user's loss function or model
-class, an object without a canonical text form) makes the call not exportable: it is traced as
-usual. The file is named by the key's SHA-256 and holds the whole key, compared on load, and a
-SHA-256 of the serialised program (a truncated or corrupted file is detected before
-deserialisation). Files are written atomically (a temporary file renamed into place).
+with their static fields); the abstract arrays (shape, dtype, weak type); JAX's tracing context
+and configuration; the backend, its version, the device kind, ``XLA_FLAGS`` and the CPU's model and
+instruction-set flags; the versions of Python, NumPy, jax, jaxlib, equinox, diffrax, optimistix and
+lineax; a hash of the source files of the ``gradflow`` package and of every module whose functions
+or classes the key names; the engine's module-level constants (e.g.
+:data:`gradflow._engine.batch.UNROLL_LANES`) and functions. A function or class is named by its
+module and qualified name and must be importable under that name (no lambdas or local
+functions), from ``gradflow`` or from a versioned library; anything else (a user's loss
+function or model class, an object without a canonical text form) makes the call not
+exportable: it is traced as usual. A file is named by the key's SHA-256 and holds the whole key,
+compared on load, and a SHA-256 of its payload (a truncated or corrupted file is detected
+before it is deserialised). Files are written atomically (a temporary file renamed into place).
 
 **Fallback:** no cache folder, more than one device, a key that cannot be written, a missing,
 unreadable or mismatching artefact, or a program that :func:`jax.export.export` refuses (e.g.
-host callbacks): :func:`lookup` returns ``None`` and the caller traces the function itself.
-A program that cannot be exported is remembered in the folder (an empty marker) so that later
+host callbacks): :func:`compiled` returns ``None`` and the caller traces the function itself.
+A program that cannot be exported is remembered in the folder (a marker file) so that later
 processes do not try again.
 
-The process that writes an artefact also runs the deserialised program (not the one it
-traced), so every process using the folder compiles the same module and gets the same bits
-(``tests/test_export.py``)."""
+The process that writes an artefact runs the executable compiled from the deserialised program
+(not the one it traced), so every process using the folder runs the same executable; it is
+bitwise the same as the plain traced path's (``tests/test_export.py``).
+
+Loading an executable runs machine code from the cache folder, as JAX's own compilation cache
+does: the folder must be as trusted as the code that imports gradflow."""
 
 from __future__ import annotations
 
@@ -49,7 +55,7 @@ import types
 import jax
 import numpy as np
 
-__all__ = ["FOLDER", "lookup", "folder", "register_output", "stats"]
+__all__ = ["FOLDER", "compiled", "clear", "folder", "register_output", "stats"]
 
 FOLDER = "gradflow-exported"
 """Subfolder of JAX's compilation cache folder holding the serialised programs."""
@@ -63,9 +69,11 @@ _NAMED_OK = _LIBRARIES + ("gradflow", "builtins", "math", "operator", "functools
 is versioned by Python's version)."""
 
 
-stats = {"loaded": 0, "stored": 0, "traced": 0}
-"""What :func:`lookup` did in this process: programs ``loaded`` from artefacts, ``stored`` (traced,
-exported and written), ``traced`` (fallback: not keyable, not exportable, or no folder)."""
+stats = {"loaded": 0, "from_exported": 0, "stored": 0, "traced": 0}
+"""What :func:`compiled` did in this process, once per program: ``loaded`` a stored executable;
+compiled a stored exported program (``from_exported``: its executable was missing or unloadable);
+``stored`` (traced, exported, compiled and written); ``traced`` (fallback: no folder, not keyable
+or not exportable — the caller traces the function)."""
 
 
 class NotExportable(Exception):
@@ -207,6 +215,27 @@ def _engine_constants(d: _Describer) -> str:
     return ";".join(parts)
 
 
+_MACHINE: list = []
+
+
+def _backend_text() -> str:
+    """The backend, its version, the device kind, ``XLA_FLAGS`` and (Linux) the CPU's model and
+    instruction-set flags: a stored executable runs only where it was compiled."""
+    if not _MACHINE:
+        cpu = ""
+        try:
+            with open("/proc/cpuinfo") as f:
+                lines = [ln for ln in f if ln.startswith(("model name", "flags"))]
+            cpu = hashlib.sha256("".join(sorted(set(lines))).encode()).hexdigest()
+        except OSError:
+            import platform
+
+            cpu = platform.processor() + platform.machine()
+        device = jax.devices()[0]
+        _MACHINE.append(f"{jax.default_backend()}:{device.client.platform_version}:{device.device_kind}:cpu={cpu}")
+    return _MACHINE[0] + f":XLA_FLAGS={os.environ.get('XLA_FLAGS', '')}"
+
+
 def _aval_text(x) -> str:
     aval = x.aval if hasattr(x, "aval") else jax.typeof(x)
     return f"{aval.dtype.name}{list(aval.shape)}{'w' if getattr(aval, 'weak_type', False) else ''}"
@@ -223,7 +252,9 @@ def _key(fn, static, arrays) -> str:
         "avals=" + ",".join(_aval_text(x) for x in arrays),
         "config=" + _trace_context(d),
         "engine=" + _engine_constants(d),
-        "backend=" + jax.default_backend() + ":" + jax.devices()[0].device_kind,
+        "jax_config=" + d(tuple(sorted((k, v) for k, v in jax.config.values.items()
+                                      if not any(w in k for w in ("cache", "log", "explain"))))),
+        "backend=" + _backend_text(),
         "versions=" + d(_versions()),
         "gradflow=" + _package_hash(),
     ]
@@ -269,14 +300,20 @@ def register_output(cls) -> None:
 
 # ----------------------------------------------------------------------------- the store
 _MARK_UNEXPORTABLE = b"unexportable\n"
+_EXECUTABLE = ".xla"
+"""Suffix of the file holding an artefact's compiled executable (beside its exported program)."""
 
 
 def _path(where: str, fn, key: str) -> str:
     return os.path.join(where, f"{fn.__name__.strip('_')}-{hashlib.sha256(key.encode()).hexdigest()}")
 
 
-def _read(path: str, key: str):
-    """The stored :class:`jax.export.Exported`, ``False`` for an unexportable marker, or
+def _frame(key: str, payload: bytes) -> bytes:
+    return _MAGIC + key.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + payload
+
+
+def _read_payload(path: str, key: str):
+    """The payload of an intact file of this key, ``False`` for an unexportable marker, or
     ``None`` (no file, or one that is not a complete artefact of this key)."""
     try:
         with open(path, "rb") as f:
@@ -291,7 +328,13 @@ def _read(path: str, key: str):
     digest, payload = blob[len(head): len(head) + 64], blob[len(head) + 64:]
     if hashlib.sha256(payload).hexdigest().encode() != digest:
         return None
-    return jax.export.deserialize(bytearray(payload))
+    return payload
+
+
+def _read(path: str, key: str):
+    """The stored :class:`jax.export.Exported`, ``False`` for an unexportable marker, or ``None``."""
+    payload = _read_payload(path, key)
+    return payload if payload in (None, False) else jax.export.deserialize(bytearray(payload))
 
 
 def _write(path: str, data: bytes) -> None:
@@ -311,34 +354,62 @@ def _write(path: str, data: bytes) -> None:
         raise
 
 
-def lookup(fn, static, arrays):
-    """The exported program of ``fn(*static.combine(arrays))`` for arrays of these shapes and
-    dtypes: loaded from the folder, or traced, exported and stored now. Returns a
-    :class:`jax.export.Exported` taking the flat ``arrays``, or ``None`` (trace ``fn`` as usual).
-
-    ``arrays`` may be tracers (this is called while :func:`jax.jit` traces the caller)."""
-    found = _lookup(fn, static, arrays)
-    stats["traced" if found is None else "loaded" if found[1] else "stored"] += 1
-    return None if found is None else found[0]
+_LOADED: dict = {}
+"""This process's programs by ``(fn, static part, abstract arrays)``: a callable of the flat
+arrays, or ``None`` (not exportable: the caller traces). Emptied by :func:`clear`."""
 
 
-def _lookup(fn, static, arrays):
+def clear() -> None:
+    """Forget this process's loaded programs (with :func:`jax.clear_caches`, see
+    :func:`gradflow._cache.release_executables`)."""
+    _LOADED.clear()
+
+
+def compiled(fn, static, arrays):
+    """``fn(*static.combine(arrays))`` as a compiled program of the flat ``arrays`` (concrete
+    arrays), or ``None``: the caller traces ``fn`` with :func:`jax.jit` as usual.
+
+    In order: this process's program for these static settings and abstract arrays; the
+    executable stored for the key (deserialised and loaded: no tracing, lowering or compilation);
+    the stored exported program (lowered and compiled, i.e. loaded from JAX's compilation
+    cache if it is there; no tracing), its executable then stored; else ``fn`` traced, exported,
+    compiled and both stored. A program that cannot be exported gives ``None``."""
+    avals = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in arrays)
+    memo = (fn, static, avals)
+    try:
+        return _LOADED[memo]
+    except KeyError:
+        pass
+    run = _compiled(fn, static, arrays)
+    if len(_LOADED) >= 256:
+        _LOADED.clear()
+    _LOADED[memo] = run
+    return run
+
+
+def _compiled(fn, static, arrays):
     where = folder()
     if where is None:
-        return None
+        return _count("traced", None)
     try:
         key = _key(fn, static, arrays)
     except NotExportable:
-        return None
+        return _count("traced", None)
     path = _path(where, fn, key)
     try:
-        found = _read(path, key)
+        exported = _read(path, key)
     except Exception:  # noqa: BLE001 - a stale or damaged artefact: export it again
-        found = None
-    if found is False:
-        return None
-    if found is not None and _matches(found, arrays):
-        return found, True
+        exported = None
+    if exported is False:
+        return _count("traced", None)
+    if exported is not None and _matches(exported, arrays):
+        try:
+            payload = _read_payload(path + _EXECUTABLE, key)
+            if payload:
+                return _count("loaded", _bind(exported, _load_executable(payload, exported)))
+        except Exception:  # noqa: BLE001 - e.g. an executable this jaxlib cannot load: compile it again
+            pass
+        return _count("from_exported", _compile_and_store(exported, path, key))
     try:
         exported = _export(fn, static, arrays)
     except Exception:  # noqa: BLE001 - not exportable (host callbacks, output pytrees, ...): remember it
@@ -346,17 +417,69 @@ def _lookup(fn, static, arrays):
             _write(path, _MARK_UNEXPORTABLE + key.encode())
         except OSError:
             pass
-        return None
+        return _count("traced", None)
     try:
         payload = bytes(exported.serialize())
         again = jax.export.deserialize(bytearray(payload))  # the same program every later process loads
     except Exception:  # noqa: BLE001 - e.g. flatbuffers missing: trace as usual, store nothing
-        return None
+        return _count("traced", None)
     try:
-        _write(path, _MAGIC + key.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + payload)
+        _write(path, _frame(key, payload))
     except OSError:
         pass  # a read-only folder: use the program, store nothing
-    return again, False
+    return _count("stored", _compile_and_store(again, path, key))
+
+
+def _count(what: str, run):
+    stats[what] += 1
+    return run
+
+
+def _flat_call(exported):
+    def flat(*xs):
+        return jax.tree.leaves(exported.call(*xs))
+
+    flat.__name__ = flat.__qualname__ = exported.fun_name  # the compiled module keeps the function's name
+    return flat
+
+
+def _compile_and_store(exported, path: str, key: str):
+    """Lower and compile ``exported`` (JAX's compilation cache applies), store its executable
+    (when it can be serialised) and return the callable."""
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
+    program = jax.jit(_flat_call(exported)).lower(*specs).compile()
+    try:
+        from jax.experimental import serialize_executable
+
+        payload, in_tree, out_tree = serialize_executable.serialize(program)
+        if (in_tree, out_tree) == _trees(exported):
+            _write(path + _EXECUTABLE, _frame(key, payload))
+    except Exception:  # noqa: BLE001 - not serialisable, or a read-only folder: nothing stored
+        pass
+    return _bind(exported, program)
+
+
+def _trees(exported):
+    """The calling convention of the compiled flat program: ``((x_1, ..., x_n), {})`` in, a list out."""
+    n_in, n_out = len(exported.in_avals), len(exported.out_avals)
+    return jax.tree.structure((tuple(range(n_in)), {})), jax.tree.structure(list(range(n_out)))
+
+
+def _load_executable(payload: bytes, exported):
+    from jax.experimental import serialize_executable
+
+    in_tree, out_tree = _trees(exported)
+    return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+
+
+def _bind(exported, program):
+    """The callable of flat arrays returning the exported function's output pytree."""
+    out_tree = exported.out_tree
+
+    def run(arrays):
+        return out_tree.unflatten(program(*arrays))
+
+    return run
 
 
 def _matches(exported, arrays) -> bool:
@@ -372,6 +495,5 @@ def _export(fn, static, arrays):
         return out
 
     flat.__name__ = flat.__qualname__ = fn.__name__
-    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(getattr(x, "aval", None), "weak_type", False))
-             for x in arrays]
+    specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)) for x in arrays]
     return jax.export.export(jax.jit(flat), platforms=(jax.default_backend(),))(*specs)

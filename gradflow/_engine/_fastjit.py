@@ -81,16 +81,15 @@ def filter_jit(fn=None, *, export: bool = False):
     every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree.
 
     ``export``: with the persistent compilation cache on, the traced program is stored as a
-    serialised :class:`jax.export.Exported` beside the cache and a new process loads it instead
-    of tracing ``fn`` (:func:`gradflow._engine._export.lookup`; any miss or failure traces
-    ``fn`` as usual). Its output pytree's :class:`equinox.Module` nodes must be registered with
+    serialised :class:`jax.export.Exported` and its executable beside the cache, and a new
+    process loads them instead of tracing, lowering and compiling ``fn``
+    (:func:`gradflow._engine._export.compiled`; any miss or failure traces ``fn`` as usual). Its output pytree's :class:`equinox.Module` nodes must be registered with
     :func:`gradflow._engine._export.register_output`."""
     if fn is None:
         return lambda f: filter_jit(f, export=export)
 
     def traced(static: _Static, arrays):
-        exported = _export.lookup(fn, static, arrays) if export else None
-        out = fn(*static.combine(arrays)) if exported is None else exported.call(*arrays)
+        out = fn(*static.combine(arrays))
         out_arrays, out_static = _partition(out)
         return out_arrays, _Out(out_static)
 
@@ -100,6 +99,10 @@ def filter_jit(fn=None, *, export: bool = False):
 
     def call(*args):
         arrays, static = _partition(args)
+        if export:
+            program = _export.compiled(fn, static, arrays)
+            if program is not None:
+                return program(arrays)
         out_arrays, out = jitted(static, arrays)
         return out.static.combine(out_arrays)
 
