@@ -374,6 +374,8 @@ def compiled(fn, static, arrays):
     the stored exported program (lowered and compiled, i.e. loaded from JAX's compilation
     cache if it is there; no tracing), its executable then stored; else ``fn`` traced, exported,
     compiled and both stored. A program that cannot be exported gives ``None``."""
+    if any(isinstance(x, jax.core.Tracer) for x in arrays):
+        return None  # called inside a transformation: an executable takes concrete arrays only
     avals = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in arrays)
     memo = (fn, static, avals)
     try:
