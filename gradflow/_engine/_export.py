@@ -193,8 +193,10 @@ def _trace_context(d: _Describer) -> str:
     parts = []
     for item in config.trace_context():
         if type(item).__name__ == "AxisEnv":  # the named axes in scope (none outside vmap/shard_map)
-            parts.append("axes:" + d(tuple(sorted((str(k), v) for k, v in dict(item.axis_sizes).items())))
-                         + d(tuple(sorted(map(str, item.spmd_axis_names)))) + d(tuple(sorted(map(str, item.explicit_mesh_axis_names)))))
+            sizes = tuple(sorted((str(k), v) for k, v in dict(item.axis_sizes).items()))
+            names = (tuple(sorted(map(str, item.spmd_axis_names))),
+                     tuple(sorted(map(str, item.explicit_mesh_axis_names))))
+            parts.append("axes:" + d(sizes) + d(names))
         else:
             parts.append(d(item))
     return ";".join(parts)
@@ -411,7 +413,7 @@ def _compiled(fn, static, arrays):
                 return _count("loaded", _bind(exported, _load_executable(payload, exported)))
         except Exception:  # noqa: BLE001 - e.g. an executable this jaxlib cannot load: compile it again
             pass
-        return _count("from_exported", _compile_and_store(exported, path, key))
+        return _count("from_exported", _compile_and_store(exported, path, key))  # None: trace
     try:
         exported = _export(fn, static, arrays)
     except Exception:  # noqa: BLE001 - not exportable (host callbacks, output pytrees, ...): remember it
@@ -433,7 +435,7 @@ def _compiled(fn, static, arrays):
 
 
 def _count(what: str, run):
-    stats[what] += 1
+    stats[what if run is not None else "traced"] += 1
     return run
 
 
@@ -447,9 +449,12 @@ def _flat_call(exported):
 
 def _compile_and_store(exported, path: str, key: str):
     """Lower and compile ``exported`` (JAX's compilation cache applies), store its executable
-    (when it can be serialised) and return the callable."""
+    (when it can be serialised) and return the callable (``None`` if it does not compile)."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
-    program = jax.jit(_flat_call(exported)).lower(*specs).compile()
+    try:
+        program = jax.jit(_flat_call(exported)).lower(*specs).compile()
+    except Exception:  # noqa: BLE001 - e.g. a program this backend cannot run: the caller traces
+        return None
     try:
         from jax.experimental import serialize_executable
 

@@ -13,6 +13,10 @@ by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on
 program is the one ``equinox.filter_jit`` traces, so results are bitwise the same
 (``tests/test_fastjit.py``). Non-array outputs are returned as static values, as in equinox.
 
+``filter_jit(export=True)`` (the engine's ``_first_round``): with the persistent compilation cache
+on, a new process loads the compiled solve stored beside the cache instead of tracing it
+(:mod:`gradflow._engine._export`).
+
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
 runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
 :func:`gradflow._engine._eqx_compat.cacheable`).
@@ -83,7 +87,8 @@ def filter_jit(fn=None, *, export: bool = False):
     ``export``: with the persistent compilation cache on, the traced program is stored as a
     serialised :class:`jax.export.Exported` and its executable beside the cache, and a new
     process loads them instead of tracing, lowering and compiling ``fn``
-    (:func:`gradflow._engine._export.compiled`; any miss or failure traces ``fn`` as usual). Its output pytree's :class:`equinox.Module` nodes must be registered with
+    (:func:`gradflow._engine._export.compiled`; any miss or failure traces ``fn`` as usual).
+    Its output pytree's :class:`equinox.Module` nodes must be registered with
     :func:`gradflow._engine._export.register_output`."""
     if fn is None:
         return lambda f: filter_jit(f, export=export)
