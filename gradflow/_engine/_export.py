@@ -415,7 +415,7 @@ def _compiled(fn, static, arrays):
             pass
         return _count("from_exported", _compile_and_store(exported, path, key))  # None: trace
     try:
-        exported = _export(fn, static, arrays)
+        exported, jitted, specs = _export(fn, static, arrays)
     except Exception:  # noqa: BLE001 - not exportable (host callbacks, output pytrees, ...): remember it
         try:
             _write(path, _MARK_UNEXPORTABLE + key.encode())
@@ -431,7 +431,11 @@ def _compiled(fn, static, arrays):
         _write(path, _frame(key, payload))
     except OSError:
         pass  # a read-only folder: use the program, store nothing
-    return _count("stored", _compile_and_store(again, path, key))
+    # the executable is compiled from the traced function itself (its trace is reused), not from
+    # the exported program: the same module as the plain traced path, and no lowering of
+    # ``call_exported`` (which imports SciPy for its LAPACK set-up: loaded early, it changes which
+    # BLAS libraries ``threadpoolctl`` limits in later stiff solves of this process)
+    return _count("stored", _compile_and_store(again, path, key, jitted.lower(*specs)))
 
 
 def _count(what: str, run):
@@ -447,27 +451,33 @@ def _flat_call(exported):
     return flat
 
 
-def _compile_and_store(exported, path: str, key: str):
-    """Lower and compile ``exported`` (JAX's compilation cache applies), store its executable
-    (when it can be serialised) and return the callable (``None`` if it does not compile)."""
-    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
+def _compile_and_store(exported, path: str, key: str, lowered=None):
+    """Compile ``lowered`` (default: ``exported`` lowered; JAX's compilation cache applies),
+    store its executable (when it can be serialised) and return the callable (``None`` if it
+    does not compile)."""
     try:
-        program = jax.jit(_flat_call(exported)).lower(*specs).compile()
+        if lowered is None:
+            specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
+            lowered = jax.jit(_flat_call(exported)).lower(*specs)
+        program = lowered.compile()
     except Exception:  # noqa: BLE001 - e.g. a program this backend cannot run: the caller traces
         return None
     try:
         from jax.experimental import serialize_executable
 
         payload, in_tree, out_tree = serialize_executable.serialize(program)
-        if (in_tree, out_tree) == _trees(exported):
+        if in_tree == _trees(exported)[0] and out_tree in (exported.out_tree, _trees(exported)[1]):
             _write(path + _EXECUTABLE, _frame(key, payload))
     except Exception:  # noqa: BLE001 - not serialisable, or a read-only folder: nothing stored
         pass
+    if program.out_tree == exported.out_tree:
+        return lambda arrays: program(*arrays)
     return _bind(exported, program)
 
 
 def _trees(exported):
-    """The calling convention of the compiled flat program: ``((x_1, ..., x_n), {})`` in, a list out."""
+    """The calling convention of a stored executable: ``((x_1, ..., x_n), {})`` in, the flat list
+    of the output's leaves out (in ``jax.tree.leaves`` order, unflattened by :func:`_bind`)."""
     n_in, n_out = len(exported.in_avals), len(exported.out_avals)
     return jax.tree.structure((tuple(range(n_in)), {})), jax.tree.structure(list(range(n_out)))
 
@@ -501,6 +511,7 @@ def _export(fn, static, arrays):
             raise NotExportable("an output leaf is not an array")
         return out
 
-    flat.__name__ = flat.__qualname__ = fn.__name__
+    flat.__name__ = flat.__qualname__ = fn.__name__  # the compiled module is named after ``fn``
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)) for x in arrays]
-    return jax.export.export(jax.jit(flat), platforms=(jax.default_backend(),))(*specs)
+    jitted = jax.jit(flat)
+    return jax.export.export(jitted, platforms=(jax.default_backend(),))(*specs), jitted, specs
