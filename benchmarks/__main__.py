@@ -66,15 +66,17 @@ import numpy as np, gradflow
 if sys.argv[1] != "none":
     gradflow.enable_compilation_cache(sys.argv[1])
 imported = time.perf_counter() - start
-from benchmarks.__main__ import fig2_draws, fig2_ts
-V0, a0, bs = fig2_draws()
-ts = fig2_ts(int(sys.argv[2]))
+with np.load(sys.argv[2]) as z:  # the Fig. 2 draws and save times, made by the parent (fig2_draws, fig2_ts)
+    V0, a0, bs, ts = z["V0"], z["a0"], z["beta_star"], z["ts"]
 traj = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=float(ts[-1]), ts=ts, rtol=1e-10, atol=1e-12)
 np.asarray(traj.a)
 print(json.dumps(dict(import_s=imported, in_process_s=time.perf_counter() - start, status=traj.status,
     cache_hits=events.count("/jax/compilation_cache/cache_hits"),
     cache_misses=events.count("/jax/compilation_cache/cache_misses"))))
 """
+"""A new process running what the README's Python example does for Fig. 2 (import gradflow, turn
+on the cache, one ``simulate``), nothing else: the draws come in a ``.npz`` file so that the
+child does not import the benchmarks (SciPy and the baselines) either."""
 
 
 def fig2_record(iters, snapshots=2000):
@@ -85,11 +87,25 @@ def fig2_ts(iters, lr=0.1):
     return lr * fig2_record(iters)
 
 
+def cold_inputs(iters: int) -> str:
+    """The cold process's inputs (Fig. 2's draws and ``fig2_ts(iters)``) in a temporary ``.npz``."""
+    V0, a0, bs = fig2_draws()
+    fd, path = tempfile.mkstemp(prefix="gradflow-cold-", suffix=".npz")
+    with os.fdopen(fd, "wb") as f:
+        np.savez(f, V0=V0, a0=a0, beta_star=bs, ts=fig2_ts(iters))
+    return path
+
+
 def cold_run(cache: str, iters: int) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("GRADFLOW_NO_CACHE",)}
+    inputs = cold_inputs(iters)
     start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-c", COLD, cache, str(iters)], cwd=ROOT, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - start
+    try:
+        out = subprocess.run([sys.executable, "-c", COLD, cache, inputs], cwd=ROOT, env=env, capture_output=True,
+                             text=True)
+        wall = time.perf_counter() - start
+    finally:
+        os.unlink(inputs)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
     res = json.loads(out.stdout.strip().splitlines()[-1])

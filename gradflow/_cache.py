@@ -2,7 +2,10 @@
 
 A fresh process pays import and XLA compilation every time; with the cache, the second
 process that runs the same solve (same shapes, solver and static settings) loads the compiled
-executable from disk instead of compiling it (see ``benchmarks/RESULTS.md``).
+executable from disk instead of compiling it (see ``benchmarks/RESULTS.md``). gradflow also
+stores each solve's traced program and executable in the folder's ``gradflow-exported/``
+subfolder, so that a new process does not trace the solve again either
+(:mod:`gradflow._engine._export`); deleting the folder clears both.
 """
 
 from __future__ import annotations
@@ -76,6 +79,9 @@ def release_executables(limit: int = MAPPINGS_SOFT_LIMIT) -> bool:
         return False
     import gc
 
+    from ._engine import _export
+
     jax.clear_caches()
+    _export.clear()  # the solves loaded from serialised executables
     gc.collect()
     return True

@@ -13,6 +13,10 @@ by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on
 program is the one ``equinox.filter_jit`` traces, so results are bitwise the same
 (``tests/test_fastjit.py``). Non-array outputs are returned as static values, as in equinox.
 
+``filter_jit(export=True)`` (the engine's ``_first_round``): with the persistent compilation cache
+on, a new process loads the compiled solve stored beside the cache instead of tracing it
+(:mod:`gradflow._engine._export`).
+
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
 runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
 :func:`gradflow._engine._eqx_compat.cacheable`).
@@ -22,6 +26,8 @@ from __future__ import annotations
 
 import equinox as eqx
 import jax
+
+from . import _export
 
 __all__ = ["filter_jit"]
 
@@ -74,9 +80,18 @@ class _Out:
         return type(other) is _Out and self.static == other.static
 
 
-def filter_jit(fn):
+def filter_jit(fn=None, *, export: bool = False):
     """``fn`` compiled with :func:`jax.jit`, array leaves of its positional arguments traced and
-    every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree."""
+    every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree.
+
+    ``export``: with the persistent compilation cache on, the traced program is stored as a
+    serialised :class:`jax.export.Exported` and its executable beside the cache, and a new
+    process loads them instead of tracing, lowering and compiling ``fn``
+    (:func:`gradflow._engine._export.compiled`; any miss or failure traces ``fn`` as usual).
+    Its output pytree's :class:`equinox.Module` nodes must be registered with
+    :func:`gradflow._engine._export.register_output`."""
+    if fn is None:
+        return lambda f: filter_jit(f, export=export)
 
     def traced(static: _Static, arrays):
         out = fn(*static.combine(arrays))
@@ -89,9 +104,14 @@ def filter_jit(fn):
 
     def call(*args):
         arrays, static = _partition(args)
+        if export:
+            program = _export.compiled(fn, static, arrays)
+            if program is not None:
+                return program(arrays)
         out_arrays, out = jitted(static, arrays)
         return out.static.combine(out_arrays)
 
     call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
+    call.__module__ = fn.__module__
     call.jitted = jitted
     return call

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import bad_arg
-from . import _eqx_compat, _fastjit
+from . import _eqx_compat, _export, _fastjit
 from . import solve as _solve
 from . import stiff as _stiff
 from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
@@ -181,7 +181,13 @@ def _initial_state(y0, taus) -> SolveState:
     )
 
 
-@_fastjit.filter_jit  # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead)
+_export.register_output(SolveState)
+_export.register_output(Finished)
+
+
+# equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
+# cache on, stored as a serialised program that a new process loads instead of tracing it
+@_fastjit.filter_jit(export=True)
 def _first_round(flow, fargs, params0, taus, t1_exact, rtol, atol, solver_name, steps, args_batched, keep, lane):
     """The first round of every lane, fused with the set-up and the finish into one compiled
     call: most runs end in their first round, and then this is the only dispatch of a solve
