@@ -47,3 +47,18 @@ def test_import_gradflow_loads_no_plotting_optax_tqdm_or_transformer_code():
     assert res["after_plot"] == {"matplotlib": False} and res["after_draw"] == {"matplotlib": True}, res
     assert res["after_sweep"] == {"tqdm": True}, res
     assert res["descend_ok"], res
+
+
+def test_gc_freeze_on_import_and_its_opt_out():
+    """``import gradflow`` moves the objects alive then out of the cyclic collector (a cold
+    process exits faster); ``GRADFLOW_GC_FREEZE=0`` leaves the collector untouched (control)."""
+    script = "import gc, gradflow; print(gc.get_freeze_count())"
+    counts = {}
+    for flag in ("1", "0"):
+        env = {**os.environ, "GRADFLOW_GC_FREEZE": flag,
+               "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-3000:]
+        counts[flag] = int(out.stdout.strip().splitlines()[-1])
+    assert counts["1"] > 10_000 and counts["0"] == 0, counts
