@@ -258,7 +258,7 @@ ENGINE_MUTATIONS = (
     Mutation("symmetry_probe_ignored", "gradflow/_engine/stiff.py",
              "implicit = np.where(symmetric | (IMPLICIT not in EIGEN_SOLVERS), IMPLICIT, IMPLICIT_FALLBACK)",
              "implicit = np.where(True, IMPLICIT, IMPLICIT_FALLBACK)",
-             "auto runs the eigen W-method on non-gradient fields too",
+             "auto runs its eigendecomposition solver on non-gradient fields too",
              "tests/test_stiff.py::test_auto_picks_the_eigen_w_method_only_for_gradient_flows"),
     Mutation("rodas4_eigh_refinement_sign", "gradflow/_engine/rosenbrock.py",
              "x = x + precond(r - x / hg + jvp(x))", "x = x + precond(r - x / hg - jvp(x))",
