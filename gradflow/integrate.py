@@ -355,9 +355,10 @@ def integrate(
       (default ``1e-8`` and ``rtol/100``).
     - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``: Dopri8; for a
       ``steady`` flow Dopri8 with stiffness detection per lane, switching to an implicit
-      method once its steps are stability-limited, and back when they are not: ROS34PW2 with
-      one eigendecomposition of the Hessian per round for gradient flows of at least 128
-      parameters, Rodas4 otherwise; see :data:`gradflow.SOLVERS`).
+      method once its steps are stability-limited, and back when they are not: Rodas4 with
+      its linear systems solved by a few sweeps preconditioned by one eigendecomposition of the
+      Hessian per round for gradient flows of at least 128 parameters, Rodas4 with an LU
+      factorisation per step otherwise; see :data:`gradflow.SOLVERS`).
     - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
     - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
       saved at ``ts`` into ``sol.observed[name]``.

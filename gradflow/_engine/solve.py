@@ -31,7 +31,7 @@ from .._errors import bad_arg
 from .._validate import check_positive, check_positive_int, check_times
 from . import rosenbrock
 from .erk import UnrolledDopri8
-from .rosenbrock import EigenW, HoldStep, Rodas4, Ros34pw2
+from .rosenbrock import EigenRodas4, EigenW, HoldStep, Rodas4, Ros34pw2
 from .stiff import asymmetry, stiffness_ratio
 
 __all__ = [
@@ -65,7 +65,7 @@ _MESSAGES = {
     "solver_failed": "another solver failure (e.g. the implicit solver's Newton iteration)",
 }
 
-SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh")
+SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh", "rodas4-eigh")
 """Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for flows without a
 finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
 minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
@@ -73,14 +73,17 @@ becomes stiff once the fast modes have converged (explicit steps are then stabil
 number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
 steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
 lane to an implicit method, and back to ``dopri8`` when the implicit steps get small
-(:mod:`gradflow._engine.stiff`). The implicit method: ``ros34pw2-eigh`` for gradient flows
+(:mod:`gradflow._engine.stiff`). The implicit method: ``rodas4-eigh`` for gradient flows
 (the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with at
-least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters — the Rosenbrock–W method
-ROS34PW2 (order 3, L-stable) whose ``(I/(hγ) − J)⁻¹`` comes from one symmetric eigendecomposition
-of the Hessian per round of steps, valid for any step size and any time (no factorisation per
-step, :class:`gradflow._engine.rosenbrock.EigenW`) — and ``rodas4`` otherwise (Rosenbrock,
-L-stable, order 4: one Jacobian and one LU factorisation per step,
-:mod:`gradflow._engine.rosenbrock`). ``ros34pw2``: ROS34PW2 with a dense inverse that is
+least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters — Rodas4 (order 4, L-stable)
+whose stage systems ``(I/(hγ) − J) k = r`` with the exact Jacobian are solved by a few sweeps
+preconditioned by one symmetric eigendecomposition of the Hessian per round of steps (no
+factorisation per step, :class:`gradflow._engine.rosenbrock.EigenRodas4`) — and ``rodas4``
+otherwise (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
+:mod:`gradflow._engine.rosenbrock`). ``ros34pw2-eigh``: the Rosenbrock–W method ROS34PW2
+(order 3) with ``(I/(hγ) − J)⁻¹`` from the eigendecomposition alone
+(:class:`gradflow._engine.rosenbrock.EigenW`; about twice the steps of ``rodas4-eigh``).
+``ros34pw2``: ROS34PW2 with a dense inverse that is
 reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4``).
 ``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
 per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs. Implicit
@@ -205,12 +208,14 @@ def make_solver(name: str, rtol=None, atol=None, batched: bool = False):
         return Ros34pw2()
     if name == "ros34pw2-eigh":
         return EigenW()
+    if name == "rodas4-eigh":
+        return EigenRodas4(iterations=rosenbrock.REFINE)
     raise AssertionError(name)  # resolve_solver validated the name
 
 
 def _controller(name, rtol, atol, dtmin):
     stall = dict(dtmin=dtmin, force_dtmin=False)
-    if name in ("kvaerno5", "rodas4") or name == "ros34pw2-eigh":
+    if name in ("kvaerno5", "rodas4", "ros34pw2-eigh", "rodas4-eigh"):
         return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
     if name == "ros34pw2":  # hold the step size while it would barely grow: its LU is reused
         return HoldStep(diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall), rosenbrock.HOLD_MAX)

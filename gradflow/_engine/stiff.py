@@ -10,11 +10,12 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
 - after each round that did not finish, the solve reports ``h·ρ`` (mean log-time step of the
   round × ``ρ`` at the round's end state, by power iteration with Jacobian–vector products:
   :func:`stiffness_ratio`); an explicit lane with ``h·ρ > STIFF_ON·B`` (its steps are
-  stability-limited) switches to the implicit phase (:data:`IMPLICIT`, the W-method with a
-  symmetric eigendecomposition, for gradient flows of at least :data:`EIGEN_MIN_STATE`
-  parameters, whose Jacobian block is symmetric by :func:`asymmetry`; else
-  :data:`IMPLICIT_FALLBACK`, Rodas4: :mod:`gradflow._engine.rosenbrock`), run in rounds of
-  :data:`gradflow._engine.rosenbrock.EIGEN_ROUND` steps (one eigendecomposition each);
+  stability-limited) switches to the implicit phase (:data:`IMPLICIT`, Rodas4 with solves
+  preconditioned by a symmetric eigendecomposition, for gradient flows of at least
+  :data:`EIGEN_MIN_STATE` parameters, whose Jacobian block is symmetric by :func:`asymmetry`,
+  in rounds of :data:`gradflow._engine.rosenbrock.EIGEN_RODAS4_ROUND` steps, one
+  eigendecomposition each; else :data:`IMPLICIT_FALLBACK`, Rodas4 with an LU factorisation per
+  step: :mod:`gradflow._engine.rosenbrock`);
 - an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
   stable at no loss) switches back to explicit.
 
@@ -59,30 +60,40 @@ POWER_ITERATIONS = 12
 EIGEN = "ros34pw2-eigh"
 """The W-method with a symmetric eigendecomposition (:class:`gradflow._engine.rosenbrock.EigenW`)."""
 
-IMPLICIT = EIGEN
+EIGEN_RODAS4 = "rodas4-eigh"
+"""Rodas4 with the exact Jacobian through solves preconditioned by a symmetric eigendecomposition
+(:class:`gradflow._engine.rosenbrock.EigenRodas4`)."""
+
+EIGEN_SOLVERS = {EIGEN: _rosenbrock.EIGEN_ROUND, EIGEN_RODAS4: _rosenbrock.EIGEN_RODAS4_ROUND}
+"""Implicit solvers for gradient flows only (one eigendecomposition per round) and their round
+lengths under ``auto``."""
+
+IMPLICIT = EIGEN_RODAS4
 """The implicit solver of ``auto-stiff`` for gradient flows (a symmetric Jacobian block, see
-:func:`asymmetry`): ROS34PW2 with its Jacobian from one eigendecomposition per round of
-:data:`gradflow._engine.rosenbrock.EIGEN_ROUND` steps (no factorisation per step, any step
-size). Measured on the conditioning draws at ``d = 20`` (421 states, t1 = 1e6, rtol 1e-8,
-``benchmarks/STIFF_d20.md``): ``auto`` 2.9×, 8.5×, 9.7×, 26.8×, 9.9× faster than SciPy LSODA at
-equal accuracy for κ = 1, 2, 5, 20, 50, against 1.9–7.2× with Rodas4 in the same run; 68, 67,
-165, 484, 742 steps against Rodas4's 67, 67, 106, 203, 312 (order 3 against 4)."""
+:func:`asymmetry`): Rodas4 (order 4) with the exact Jacobian applied by refined solves
+preconditioned by one eigendecomposition of the Hessian per round of
+:data:`gradflow._engine.rosenbrock.EIGEN_RODAS4_ROUND` steps (no factorisation per step, any
+step size). Measured on the conditioning draws at ``d = 20`` (421 states, t1 = 1e6, rtol 1e-8):
+``benchmarks/STIFF_d20.md``, against ROS34PW2 with the same eigendecomposition (``ros34pw2-eigh``,
+order 3: 484 and 742 steps at κ = 20 and 50, over the 400 that Rodas4's order 4 stays under) and
+Rodas4 with an LU factorisation per step."""
 
 IMPLICIT_FALLBACK = "rodas4"
 """The implicit solver of ``auto-stiff`` for fields whose Jacobian is not symmetric (not a
 gradient flow): Rodas4, a fresh Jacobian and LU factorisation every step."""
 
 EIGEN_MIN_STATE = 128
-"""``auto`` uses :data:`EIGEN` only for at least this many parameters per lane. On small states a
-factorisation per step costs little and Rodas4's order 4 takes far fewer steps (conditioning draw
-d = 4, 21 states, κ = 20, t1 = 1e5, rtol 1e-8: 969 steps with :data:`EIGEN`, under 400 with Rodas4)."""
+"""``auto`` uses the solvers of :data:`EIGEN_SOLVERS` only for at least this many parameters per
+lane. On small states a factorisation per step costs little (set when :data:`EIGEN`, of order 3,
+was the implicit phase: conditioning draw d = 4, 21 states, κ = 20, t1 = 1e5, rtol 1e-8: 969 steps
+with :data:`EIGEN`, under 400 with Rodas4)."""
 
 SYMMETRY_TOL = _rosenbrock.SYMMETRY_TOL
 """A lane counts as a gradient flow when :func:`asymmetry` is at most this."""
 
 EXPLICIT = "dopri8"
 
-IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5", "ros34pw2-eigh"})
+IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5", EIGEN, EIGEN_RODAS4})
 """Resolved solver names that factorise dense matrices (:func:`blas_threads` applies to them)."""
 
 BLAS_THREADS = 1
@@ -173,7 +184,7 @@ def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stif
     ``asym`` ``(k,)`` float, the Jacobian's asymmetry at the end of that round (:func:`asymmetry`;
     default ``NaN``, unknown): implicit lanes run :data:`IMPLICIT` if it is at most
     :data:`SYMMETRY_TOL` (a gradient flow), else :data:`IMPLICIT_FALLBACK` (when :data:`IMPLICIT`
-    is :data:`EIGEN`; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of
+    is one of :data:`EIGEN_SOLVERS`; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of
     parameters per lane: below :data:`EIGEN_MIN_STATE` the fallback runs too.
 
     **Returns:** ``(solvers, left, stiff)``: ``(k,)`` arrays of concrete solver names, of steps
@@ -190,8 +201,9 @@ def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stif
         stiff = np.where(stiff, ~(h_rho < STIFF_OFF * DOPRI8_BOUNDARY), h_rho > STIFF_ON * DOPRI8_BOUNDARY)
     symmetric = np.zeros(num_steps.shape, bool) if asym is None else np.asarray(asym, np.float64) <= SYMMETRY_TOL
     symmetric = symmetric & (state_size >= EIGEN_MIN_STATE)
-    implicit = np.where(symmetric | (IMPLICIT != EIGEN), IMPLICIT, IMPLICIT_FALLBACK)
+    implicit = np.where(symmetric | (IMPLICIT not in EIGEN_SOLVERS), IMPLICIT, IMPLICIT_FALLBACK)
     solvers = np.where(stiff, implicit, EXPLICIT).astype(object)
-    implicit_round = np.where(implicit == EIGEN, _rosenbrock.EIGEN_ROUND, budget)
+    implicit_round = np.array([EIGEN_SOLVERS.get(s, b) for s, b in zip(implicit.ravel(), budget.ravel())],
+                              dtype=np.int64).reshape(budget.shape)
     left = np.where(stiff, np.minimum(budget, implicit_round), np.minimum(budget, EXPLICIT_ROUND))
     return solvers, left, stiff
