@@ -35,9 +35,10 @@ host callbacks): :func:`compiled` returns ``None`` and the caller traces the fun
 A program that cannot be exported is remembered in the folder (a marker file) so that later
 processes do not try again.
 
-The process that writes an artefact runs the executable compiled from the deserialised program
-(not the one it traced), so every process using the folder runs the same executable; it is
-bitwise the same as the plain traced path's (``tests/test_export.py``).
+The process that writes an artefact compiles its executable from the function it traced (the
+same module as the plain traced path) and stores that executable, so every process using the
+folder runs the same executable, bitwise the same as the plain traced path's
+(``tests/test_export.py``).
 
 Loading an executable runs machine code from the cache folder, as JAX's own compilation cache
 does: the folder must be as trusted as the code that imports gradflow."""
