@@ -64,14 +64,18 @@ def plot(data: dict, cfg: dict):
                    fontsize=6.5)
     b2 = data["bos_share"][:, :, -1]
     lo, hi = (np.nanmin(b2), np.nanmax(b2)) if np.isfinite(b2).any() else (0.0, 1.0)
-    if hi > 2 or lo < -1:  # signed kernels: shares far outside [0, 1]; linear in [-1, 1], log beyond
+    if hi > 5 or lo < -2:  # signed kernels: shares far outside [0, 1]; linear in [-1, 1], log beyond
         ax_h.set_yscale("symlog", linthresh=1.0, linscale=3.0)
-        ax_h.set_ylim(min(-0.03, lo * 1.3), max(1.03, hi * 1.3))
-        ax_h.axhspan(1.0, max(1.03, hi * 1.3), color="C3", alpha=0.06, linewidth=0)
-        ax_h.text(0.01, 0.99, "share > 1: signed kernel, not a fraction (axis: log beyond ±1)",
-                  transform=ax_h.transAxes, fontsize=5.5, color="C3", va="top")
-    else:
-        ax_h.set_ylim(min(-0.03, lo - 0.05), max(1.03, hi + 0.05))  # signed kernels: shares outside [0, 1]
+        top = hi * 1.3
+        ax_h.set_ylim(min(-0.03, lo * 1.3), top)
+        note = "share > 1: signed kernel, not a fraction (axis: log beyond ±1)"
+    else:  # signed kernels: shares outside [0, 1], a little
+        top = max(1.03, hi + 0.05) if hi <= 1.03 else hi + 0.35
+        ax_h.set_ylim(min(-0.03, lo - 0.05), top)
+        note = "share > 1: signed kernel, not a fraction"
+    if hi > 1.03:
+        ax_h.axhspan(1.0, top, color="C3", alpha=0.06, linewidth=0)
+        ax_h.text(0.01, 0.99, note, transform=ax_h.transAxes, fontsize=5.5, color="C3", va="top")
     for i in range(len(names)):
         if not data["ind_available"][i].any():
             ax_h.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=6, color="0.35")
