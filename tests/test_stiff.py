@@ -316,19 +316,6 @@ def test_eigen_w_keeps_order_three_with_a_stale_jacobian():
     assert np.all(orders > 2.8), orders
 
 
-@pytest.mark.slow  # auto's implicit phase is rodas4-eigh (tested alone below); default run kept short
-def test_eigen_w_alone_matches_radau():
-    """``solver="ros34pw2-eigh"`` on its own from t = 0 (one eigendecomposition per solve round)
-    on a stiff conditioning draw, against Radau at rtol 1e-12."""
-    W0, a0, X, y, loss = _square_draw(5, 3)
-    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
-    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="ros34pw2-eigh")
-    assert traj.status == "ok"
-    Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
-    np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
-    np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
-
-
 def _solvers_used(monkeypatch):
     """Record the solver name of every round after the first (a spy on the engine's rounds)."""
     from gradflow._engine import batch
@@ -454,12 +441,17 @@ def test_eigen_rodas4_is_order_four_with_a_stale_eigendecomposition():
         assert np.all((orders > k + 0.5) & (orders < k + 1.3)), (k, orders)
 
 
-def test_eigen_rodas4_alone_matches_radau():
-    """``solver="rodas4-eigh"`` on its own from t = 0 (one eigendecomposition per solve round)
-    on a stiff conditioning draw, against Radau at rtol 1e-12."""
+@pytest.mark.parametrize("solver", [
+    "rodas4-eigh",
+    # auto's implicit phase is rodas4-eigh; the ros34pw2-eigh run is slow to keep the default run short
+    pytest.param("ros34pw2-eigh", marks=pytest.mark.slow),
+])
+def test_eigen_solver_alone_matches_radau(solver):
+    """``solver`` (``rodas4-eigh`` or ``ros34pw2-eigh``) on its own from t = 0 (one
+    eigendecomposition per solve round) on a stiff conditioning draw, against Radau at rtol 1e-12."""
     W0, a0, X, y, loss = _square_draw(5, 3)
     ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
-    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="rodas4-eigh")
+    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver=solver)
     assert traj.status == "ok"
     Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
     np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)

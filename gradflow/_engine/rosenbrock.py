@@ -335,6 +335,28 @@ def eigen_solve(Q, QT, mu, R, c0, hg, r, n_p):
     return jnp.concatenate([xp, hg * (r[n_p:] + c0 * (R @ xp))])
 
 
+def _eigen_init(terms, t0, y0, args, time_factor):
+    """The solver state of :class:`EigenW` and :class:`EigenRodas4`: ``(Q, Qᵀ, μ, R, asym)`` from
+    :func:`eigen_jacobian` at ``(t0, y0)``."""
+    flat0, unravel = ravel_pytree(y0)
+    f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
+    Q, mu, R, asym = eigen_jacobian(f, t0, flat0, _split(y0), time_factor)
+    return Q, Q.T, mu, R, asym
+
+
+def _eigen_step_start(terms, t0, y0, args):
+    """What a step of :class:`EigenW` or :class:`EigenRodas4` starts from: ``(flat0, unravel,
+    n_p, f, f0, ft)`` with ``f(t, x)`` the field on flat states, ``f0 = f(t0, flat0)`` and
+    ``ft = ∂f/∂t`` there."""
+    flat0, unravel = ravel_pytree(y0)
+
+    def f(t, x):
+        return ravel_pytree(terms.vf(t, unravel(x), args))[0]
+
+    f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
+    return flat0, unravel, _split(y0), f, f0, ft
+
+
 class EigenW(diffrax.AbstractAdaptiveSolver):
     """ROS34PW2 (the W-method of :class:`Ros34pw2`, order 3) whose linear solves use a symmetric
     eigendecomposition, for fields ``F(τ, y) = c(τ)·f(y)`` (``c = time_factor``; ``exp`` for the
@@ -371,23 +393,13 @@ class EigenW(diffrax.AbstractAdaptiveSolver):
         return 3
 
     def init(self, terms, t0, t1, y0, args):
-        flat0, unravel = ravel_pytree(y0)
-        f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
-        Q, mu, R, asym = eigen_jacobian(f, t0, flat0, _split(y0), self.time_factor)
-        return Q, Q.T, mu, R, asym
+        return _eigen_init(terms, t0, y0, args, self.time_factor)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del made_jump
         Q, QT, mu, R, asym = solver_state
-        flat0, unravel = ravel_pytree(y0)
-        n_p = _split(y0)
-        h = t1 - t0
-        c0, hg = self.time_factor(t0), h * _W_GAMMA
-
-        def f(t, x):
-            return ravel_pytree(terms.vf(t, unravel(x), args))[0]
-
-        f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
+        flat0, unravel, n_p, f, f0, ft = _eigen_step_start(terms, t0, y0, args)
+        c0, hg = self.time_factor(t0), (t1 - t0) * _W_GAMMA
         y1, err, dense_info = _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft,
                                         lambda rhs: eigen_solve(Q, QT, mu, R, c0, hg, rhs, n_p))
         return y1, err, dense_info, solver_state, diffrax.RESULTS.successful
@@ -456,23 +468,13 @@ class EigenRodas4(diffrax.AbstractAdaptiveSolver):
         return 4
 
     def init(self, terms, t0, t1, y0, args):
-        flat0, unravel = ravel_pytree(y0)
-        f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
-        Q, mu, R, asym = eigen_jacobian(f, t0, flat0, _split(y0), self.time_factor)
-        return Q, Q.T, mu, R, asym
+        return _eigen_init(terms, t0, y0, args, self.time_factor)
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del made_jump
         Q, QT, mu, R, asym = solver_state
-        flat0, unravel = ravel_pytree(y0)
-        n_p = _split(y0)
-        h = t1 - t0
-        c0, hg = self.time_factor(t0), h * _GAMMA
-
-        def f(t, x):
-            return ravel_pytree(terms.vf(t, unravel(x), args))[0]
-
-        f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
+        flat0, unravel, n_p, f, f0, ft = _eigen_step_start(terms, t0, y0, args)
+        c0, hg = self.time_factor(t0), (t1 - t0) * _GAMMA
         _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
         precond = lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)
         y1, err, dense_info = _rodas4_stages(f, t0, t1, y0, flat0, unravel, f0, ft,
