@@ -222,7 +222,7 @@ ENGINE_MUTATIONS = (
              equivalent=NONFINITE_EVENT_IS_REDUNDANT),
     # ---- auto's phase policy and the stiffness detector (gradflow/_engine/stiff.py)
     Mutation("never_implicit", "gradflow/_engine/stiff.py",
-             "solvers = np.where(stiff, IMPLICIT, EXPLICIT)", "solvers = np.where(stiff, EXPLICIT, EXPLICIT)",
+             "solvers = np.where(stiff, implicit, EXPLICIT)", "solvers = np.where(stiff, EXPLICIT, EXPLICIT)",
              "auto never switches to the implicit solver", "tests/test_stiff.py::test_auto_on_a_stiff_flow_matches_radau_in_few_steps"),
     Mutation("stiff_on_factor_wrong", "gradflow/_engine/stiff.py",
              "STIFF_ON = 0.5\n", "STIFF_ON = 50.0\n",
