@@ -279,12 +279,17 @@ KERNEL_ORDER = ("softmax", "sigmoid", "elu", "elu-elu", "mlp", "linear")
 BAR_WIDTH = 0.38
 
 
-def bar_position(name: str, all_variants: bool = True, names=None) -> float:
-    """x of variant ``name``'s bar in :func:`bars_by_kernel` (with every Table 1 variant slotted)."""
+def _slots(all_variants: bool, names) -> tuple[list[str], list[str]]:
+    """The variants given a bar slot (every Table 1 variant, or only ``names``) and their kernels, in order."""
     grid = [variant_name(k, n) for k in KERNEL_ORDER for n in (True, False) if not (k == "softmax" and not n)]
     if not all_variants:
         grid = [g for g in grid if g in names]
-    kernels = [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
+    return grid, [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
+
+
+def bar_position(name: str, all_variants: bool = True, names=None) -> float:
+    """x of variant ``name``'s bar in :func:`bars_by_kernel` (with every Table 1 variant slotted)."""
+    _, kernels = _slots(all_variants, names)
     kernel, norm = name.rsplit("-", 1)
     xi = kernels.index(kernel)
     return xi if kernel == "softmax" else xi + (-BAR_WIDTH / 2 if norm == "norm" else BAR_WIDTH / 2)
@@ -305,10 +310,7 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
     from matplotlib.patches import Patch
 
     names = list(cfg["variants"])
-    grid = [variant_name(k, n) for k in KERNEL_ORDER for n in (True, False) if not (k == "softmax" and not n)]
-    if not all_variants:
-        grid = [g for g in grid if g in names]
-    kernels = [k for k in KERNEL_ORDER if any(g.rsplit("-", 1)[0] == k for g in grid)]
+    grid, kernels = _slots(all_variants, names)
     width = BAR_WIDTH
     cmap = plt.get_cmap("tab10")
     top = max(float(np.nanmax(values)) if np.any(np.isfinite(values)) else 0.0, top)
