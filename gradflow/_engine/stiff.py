@@ -102,6 +102,10 @@ BLAS_THREADS = 1
 
 @functools.lru_cache(maxsize=1)
 def _threadpools():
+    # JAX's CPU LAPACK calls the OpenBLAS that SciPy ships, which loads only with SciPy's linalg.
+    # The controller sees only the libraries loaded when it is built: load SciPy's first, or the
+    # limit below does nothing in a process that has not imported scipy.linalg yet.
+    import scipy.linalg  # noqa: F401
     import threadpoolctl
 
     return threadpoolctl.ThreadpoolController()
