@@ -5,7 +5,9 @@ Sections (issue 5): Fig. 2 to ``t = 1e5`` (cold process with and without the per
 compilation cache, and warm) vs the GD loop, both the authors' interpreted NumPy loop and
 gradflow's jitted ``descend`` (so the flow-vs-GD ratio and the JIT-vs-Python ratio are apart); one trajectory to ``t = 1e12`` at three
 tolerances vs DOP853, LSODA, Radau (time, steps, error against a tight reference); 1024 seeds
-batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch.
+batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch; then
+issue 18's rows (``python -m benchmarks.perf18``, ``PERF18.md``) and their verdicts in this report
+(``python -m benchmarks.targets``).
 Times are medians over repeats (the count is in each table; every baseline at least 3). ``--quick`` is a smoke run at
 small sizes whose numbers mean nothing.
 """
@@ -504,6 +506,13 @@ def main(argv=None) -> int:
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")
+    if not args.quick:  # issue 18's rows (PERF18.md) and their verdicts in this report
+        from . import perf18, targets
+
+        perf_out = os.path.join(os.path.dirname(os.path.abspath(args.out)), "PERF18.md")
+        perf18.main(["--out", perf_out])
+        targets.main(["--results", os.path.splitext(args.out)[0] + ".json",
+                      "--perf", os.path.splitext(perf_out)[0] + ".json", "--out", args.out])
     return 0
 
 

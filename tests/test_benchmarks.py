@@ -69,3 +69,45 @@ def test_gpu_script_quick_mode_runs_on_cpu(capsys):
     V0s, a0s, bs = gpu.draws(5)
     np.testing.assert_allclose(np.linalg.norm(bs, axis=1), 1.0)
     assert V0s.shape == (5, 8, 8) and not a0s.any()
+
+
+def _targets_inputs(cold_hit, overhead_ms, batch_s, n_warm):
+    res = {"machine": {"git revision": "abc1234", "load average (1 min) at start": 0.5},
+           "fig2": {"gd_s": 30.0, "cold_cached_s": cold_hit, "cold_nocache_s": 9.0},
+           "tolerances": [{"method": m, "rtol": 1e-8, "time_s": t} for m, t in
+                          (("gradflow (Dopri8)", 2e-3 + overhead_ms * 1e-3), ("diffrax alone (floor)", 2e-3))]}
+    perf = {"load": 0.7,
+            "per_call": [{"rtol": 1e-8, "overhead_ms": overhead_ms, "ratio_lsoda": 30.0 / (2 + overhead_ms),
+                          "ratio_lsoda_bare": 15.0}],
+            "batch": {"time_s": batch_s, "us_per_lane_step": 3.0, "floor_us_per_lane_step": 1.5, "floor_s": 0.07,
+                      "ratio_scipy": 250.0},
+            "scale": {"n": 1024, "seeds": 4096, "scipy_n_s": 20.0,
+                      "n_run": {"warm_s": n_warm, "first_s": 8.0, "peak_mib": 1200, "base_mib": 900, "state": "full"},
+                      "seeds_run": {"warm_s": 2.0, "peak_mib": 1300, "base_mib": 900}}}
+    return res, perf
+
+
+def test_issue18_targets_table_follows_the_numbers():
+    """Each verdict of ``benchmarks/targets.py`` flips at its bound (cold start 2.5 s, overhead
+    0.3 ms, 1024 seeds 0.15 s, n = 1024 warm 2 s), and writing the table twice replaces it."""
+    from benchmarks import targets
+
+    def row(text, start):
+        return next(line for line in text.splitlines() if line.startswith("| " + start))
+
+    good = targets.table(*_targets_inputs(2.4, 0.2, 0.14, 1.9))
+    bad = targets.table(*_targets_inputs(2.6, 0.4, 0.16, 2.1))
+    for start in ("cold start", "per call", "1024 seeds", "n = d = 1024"):
+        assert row(good, start).split("|")[-2].strip().startswith("met"), row(good, start)
+        assert row(bad, start).split("|")[-2].strip().startswith("**missed**"), row(bad, start)
+    # the one-trajectory verdict reads the ratio to LSODA: 30 ms over 2.2 ms is 13.6×, met
+    assert "1e-08 met" in row(good, "one trajectory")
+    assert "1e-08 met" in row(targets.table(*_targets_inputs(2.4, 0.2, 0.14, 1.9)), "one trajectory")
+    res, perf = _targets_inputs(2.4, 0.2, 0.14, 1.9)
+    perf["per_call"][0]["ratio_lsoda"] = 9.9
+    assert "1e-08 **missed**" in row(targets.table(res, perf), "one trajectory")
+    md = "# r\n\n## Targets (issue 5)\n\n### Where a target is missed, and why\n\n- x\n\n## Fig. 2 data\n"
+    once = targets.insert(md, good)
+    twice = targets.insert(once, bad)
+    assert once.index(targets.BEGIN) < once.index("## Fig. 2 data") and once.count(targets.BEGIN) == 1
+    assert twice.count(targets.BEGIN) == 1 and "**missed**" in twice and twice.endswith("## Fig. 2 data\n")
