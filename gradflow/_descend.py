@@ -13,6 +13,7 @@ import numpy as np
 import optax
 from jaxtyping import ArrayLike, Real
 
+from ._engine.solve import Status
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int, check_time_resolution
 from .integrate import prepare_user
@@ -152,7 +153,7 @@ def descend(
         k=k,
         valid=valid,
         num_steps=k_end,
-        status_code=jnp.where(failed, 3, 0),
+        status_code=jnp.where(failed, Status.nonfinite, Status.ok),
         t_end=lr * k_end.astype(jnp.float64),
         meta=tuple(sorted(meta.items())),
         **out,
@@ -210,6 +211,6 @@ def descend_params(
     return Solution(
         t=lr * k.astype(jnp.float64), k=k, params=out["params"], loss=obs["loss"], grad_norm=obs["grad_norm"],
         observed=obs["observed"], quadratures=out["quadratures"], valid=out["k_reached"] == k,
-        num_steps=out["k_end"], status_code=jnp.where(out["failed"], 3, 0), t_end=lr * out["k_end"].astype(jnp.float64),
+        num_steps=out["k_end"], status_code=jnp.where(out["failed"], Status.nonfinite, Status.ok), t_end=lr * out["k_end"].astype(jnp.float64),
         meta=tuple(sorted(meta.items())),
     )

@@ -47,6 +47,11 @@ class _NegGrad:
 
     loss: _Call
 
+    @property
+    def fn(self):
+        """The user's loss (named in error messages)."""
+        return self.loss.fn
+
     def __call__(self, params, args):
         return jax.tree.map(jnp.negative, jax.grad(self.loss)(params, args))
 
@@ -340,8 +345,10 @@ def integrate(
     - ``loss``: a JAX-traceable function ``loss(params)`` (or ``loss(params, args)`` when
       ``args`` is given) returning a real float scalar; differentiated with ``jax.grad``.
       Autodiff of ``jax.nn.softmax`` loses digits once one weight is near 1 (its derivative
-      ``s ⊙ (g − ⟨s, g⟩)`` cancels); an exact form can be passed as ``field`` (as
-      :func:`gradflow.simulate` does with the centred softmax derivative).
+      ``s ⊙ (g − ⟨s, g⟩)`` cancels): use :func:`gradflow.softmax` / :func:`gradflow.log_softmax`
+      in the loss instead (drop-ins with the exact centred derivative, any ``axis``), e.g.
+      ``loss = lambda p: -jnp.log(gradflow.softmax(p["a"])[0])``; or pass an exact field as
+      ``field``.
     - ``params0``: any pytree (dict, list, tuple, an equinox Module whose leaves are arrays, …)
       of real float arrays or Python floats: finite, non-empty; cast to float64. (For a Module
       with non-array leaves, pass ``eqx.partition(model, eqx.is_inexact_array)[0]`` and the

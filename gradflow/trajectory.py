@@ -45,7 +45,7 @@ class _Run(eqx.Module):
     @property
     def ok(self) -> bool:
         """True when every run finished with status ``ok``."""
-        return bool(np.all(np.asarray(self.status_code) == 0))
+        return bool(np.all(np.asarray(self.status_code) == Status.ok))
 
     @property
     def metadata(self) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import numpy as np
 import optax
 from jaxtyping import Array, ArrayLike, Float, Int, Real
 
-import gradflow  # noqa: F401  (enables float64)
+import gradflow  # enables float64; gradflow.softmax / log_softmax (centred derivatives)
 from gradflow.internal import bad_arg
 from gradflow.maps import apply_map
 from gradflow.maps import softmax_entropy as _softmax_entropy
@@ -141,7 +141,7 @@ def attention_weights(
     **Arguments:** ``q`` queries ``(t, d_k)``, ``k`` keys ``(s, d_k)`` (cast to float64);
     ``scale`` divide the scores by ``√d_k`` (default ``True``); ``causal`` mask key ``j > i``
     for query ``i`` (default ``False``; needs ``t == s``). Masked scores are replaced by
-    ``jnp.finfo(float64).min`` before :func:`jax.nn.softmax`, so masked weights are exactly
+    ``jnp.finfo(float64).min`` before :func:`gradflow.softmax`, so masked weights are exactly
     ``0`` and row 0 of a causal matrix is exactly one-hot.
 
     **Returns:** float64 weights ``(t, s)``, rows summing to 1.
@@ -164,7 +164,7 @@ def attention_weights(
         scores = scores / jnp.sqrt(jnp.asarray(q.shape[1], dtype=scores.dtype))
     if causal:
         scores = jnp.where(causal_mask(q.shape[0]), scores, jnp.finfo(scores.dtype).min)
-    return jax.nn.softmax(scores, axis=-1)
+    return gradflow.softmax(scores, axis=-1)
 
 
 def _chunks(total: int, chunk: int) -> list[int]:
@@ -318,7 +318,7 @@ def it_row(params: dict[str, ArrayLike], x: Real[ArrayLike, "L d"], it_index: in
 
     Same arguments as :func:`it_scores`; returns float64 weights ``(L,)`` summing to 1.
     """
-    return jax.nn.softmax(it_scores(params, x, it_index))
+    return gradflow.softmax(it_scores(params, x, it_index))
 
 
 def train_projection(
@@ -346,7 +346,7 @@ def train_projection(
     opt = optax.adam(float(learning_rate))
 
     def loss_fn(p):
-        logp = jax.nn.log_softmax(jax.vmap(lambda xi: it_scores(p, xi, it_index))(x), axis=-1)
+        logp = gradflow.log_softmax(jax.vmap(lambda xi: it_scores(p, xi, it_index))(x), axis=-1)
         return -jnp.mean(jnp.take_along_axis(logp, targets[:, None], axis=1))
 
     @jax.jit

@@ -111,6 +111,9 @@ def kernel_weights(
     if kernel in LOGIT_KERNELS:
         logits = jnp.where(visible, (q @ k.T) * scale, neg)
         if kernel == "softmax":
+            # JAX's softmax, not gradflow.softmax: these transformers are trained with Adam in
+            # float32 as the authors train theirs (torch.softmax); the centred derivative matters
+            # for long gradient flows at logit gaps beyond ~37 in float64, not here
             return jax.nn.softmax(logits, axis=-1)
         if normalization:  # g / Σ g = softmax(log g): exact, and stable where every g underflows
             return jax.nn.softmax(_log_score(logits, kernel), axis=-1)
