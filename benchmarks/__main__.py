@@ -33,6 +33,7 @@ from gradflow.sweep import fig2_init
 from gradflow.io import atomic_write
 from benchmarks import reference as ref
 
+from . import integrate_overhead
 from . import stiff as stiff_bench
 from .baselines import authors_gd, scipy_flow
 
@@ -496,13 +497,15 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     res = {"machine": machine(), "versions": versions()}
     for name, fn in (("fig2", bench_fig2), ("tolerances", bench_tolerances), ("seeds", bench_seeds),
-                     ("scaling", bench_scaling), ("slow_lane", bench_slow_lane), ("stiff", stiff_bench.bench)):
+                     ("scaling", bench_scaling), ("slow_lane", bench_slow_lane), ("stiff", stiff_bench.bench),
+                     ("integrate", lambda q, R: integrate_overhead.run(R(50)))):
         if name == "slow_lane" and args.quick:  # two implicit-solver compiles: too slow for a smoke run
             continue
         t0 = time.perf_counter()
         res[name] = fn(q, R)
         print(f"benchmarks: {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
     text = report(res, cmd, args.quick, time.perf_counter() - start) + stiff_bench.report(res.get("stiff"))
+    text = integrate_overhead.insert(text, integrate_overhead.section(res["integrate"]))
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")
