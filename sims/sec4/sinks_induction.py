@@ -36,8 +36,10 @@ def plot(data: dict, cfg: dict):
     for i in unbounded:  # the authors' count includes heads whose share is not a fraction
         x = _sec4.bar_position(cfg["variants"][i])
         ax.text(x, pct[i] + 9, "†", ha="center", va="bottom", fontsize=7, color="C3")
-    if unbounded:
-        ax.text(0.98, 0.97, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
+    if unbounded:  # room above the bars for the note (bars and their labels end below 112)
+        ax.set_ylim(0, 140)
+        ax.set_yticks(range(0, 101, 20))
+        ax.text(0.98, 0.98, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
                 "shares in (0.9, 1] only: "
                 + ", ".join(f"{_sec4.variant_label(cfg['variants'][i])} {pct_bounded[i]:.0f} %" for i in unbounded),
                 transform=ax.transAxes, fontsize=5, color="C3", va="top", ha="right")
