@@ -10,6 +10,9 @@
   page per example with its source, its printed output and the PNGs it wrote; an example that
   fails (non-zero exit) fails the build. ``GRADFLOW_DOCS_SKIP_EXAMPLES=1`` skips the runs (pages
   then say so) for quick local previews.
+- Drops the Sphinx role prefixes of the docstrings (``:func:``, ``:class:``, ``:data:``, …), which
+  the Markdown rendering of mkdocstrings shows literally before the code span: ``:func:`x``` reads
+  as ``x`` in code.
 - Expands ``<!-- gradflow-api -->`` in ``api.md`` into one mkdocstrings block per name in
   ``gradflow.__all__`` (read from the source, not imported), so a public name added to the package
   appears in the reference without editing the page.
@@ -164,6 +167,19 @@ def on_page_markdown(markdown, page, config, files):
         else:
             blocks += [f"::: gradflow.{name}", ""]
     return markdown.replace("<!-- gradflow-api -->", "\n".join(blocks))
+
+
+_ROLE = re.compile(r":(?:func|class|data|mod|meth|attr|obj|exc|const|py:\w+):(?=<code>)")
+
+
+def strip_roles(html: str) -> str:
+    """``html`` without the Sphinx role prefixes in front of code spans (``:func:<code>x</code>``
+    becomes ``<code>x</code>``); text that is not followed by a code span is left alone."""
+    return _ROLE.sub("", html)
+
+
+def on_page_content(html, page, config, files):
+    return strip_roles(html)
 
 
 def on_post_build(config):
