@@ -28,6 +28,7 @@ import numpy as np
 import gradflow
 from gradflow.sweep import fig2_init
 
+from benchmarks._report import put_section
 from benchmarks._timing import interleaved_medians
 
 
@@ -90,11 +91,7 @@ def section(res: dict, note: str = "") -> str:
 
 def insert(md: str, text: str, before: str = "\n## Stiff flows") -> str:
     """``md`` with its section replaced by ``text`` (inserted before ``before`` if absent)."""
-    if BEGIN in md and END in md:
-        start, stop = md.index(BEGIN), md.index(END) + len(END) + 1
-        return md[:start] + text + md[stop:]
-    at = md.find(before)
-    return md.rstrip("\n") + "\n\n" + text if at < 0 else md[:at + 1] + text + "\n" + md[at + 1:]
+    return put_section(md, text, BEGIN, END, md.find(before))
 
 
 def markdown(res: dict) -> str:

@@ -18,6 +18,8 @@ import sys
 
 from gradflow.io import atomic_write
 
+from ._report import put_section
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 BEGIN = "<!-- issue-18 targets: begin (python -m benchmarks.targets) -->"
 END = "<!-- issue-18 targets: end -->"
@@ -93,13 +95,7 @@ def table(res: dict, perf: dict) -> str:
 def insert(md: str, section: str) -> str:
     """``md`` with its issue-18 section replaced by ``section`` (inserted before the first section
     after the issue-5 targets' "Where a target is missed" notes if there is none yet)."""
-    if BEGIN in md and END in md:
-        start, stop = md.index(BEGIN), md.index(END) + len(END) + 1
-        return md[:start] + section + md[stop:]
-    anchor = md.find("\n## ", md.find("### Where a target is missed"))
-    if anchor < 0:
-        return md.rstrip("\n") + "\n\n" + section
-    return md[:anchor + 1] + section + "\n" + md[anchor + 1:]
+    return put_section(md, section, BEGIN, END, md.find("\n## ", md.find("### Where a target is missed")))
 
 
 def main(argv=None) -> int:
