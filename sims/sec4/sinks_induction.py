@@ -31,13 +31,12 @@ def plot(data: dict, cfg: dict):
     pct, pct_bounded = _sec4.sink_percent(data), _sec4.sink_percent_bounded(data)
     _sec4.bars_by_kernel(ax, pct, cfg, ylabel="% sink heads (layer 2)",
                          available=data["ind_available"], top=100.0, diverged=data["diverged_step"])
-    ax.set_ylim(0, 112)
     unbounded = [i for i in range(len(pct)) if np.isfinite(pct[i]) and pct[i] != pct_bounded[i]]
+    ax.set_ylim(0, 140 if unbounded else 112)  # with the † note: room for it above the bars (they end below 112)
     for i in unbounded:  # the authors' count includes heads whose share is not a fraction
         x = _sec4.bar_position(cfg["variants"][i])
         ax.text(x, pct[i] + 9, "†", ha="center", va="bottom", fontsize=7, color="C3")
-    if unbounded:  # room above the bars for the note (bars and their labels end below 112)
-        ax.set_ylim(0, 140)
+    if unbounded:
         ax.set_yticks(range(0, 101, 20))
         ax.text(0.98, 0.98, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
                 "shares in (0.9, 1] only: "
