@@ -131,6 +131,9 @@ def bench_batch(q, R) -> dict:
     floor_fn, flops = field_floor(V0s, teachers, 13 * max(chunk_max), lanes)
     floor = interleaved_medians({"field floor": floor_fn}, R(5))["field floor"][0]
     t_new = timed["gradflow simulate_batch"][0]
+    # the same batch in fresh processes with one JAX CPU device, then one per core (lanes sharded)
+    cores = os.cpu_count() or 1
+    one_dev, per_core = (_scale_run("seeds", B, R(7), cpu_devices=k) for k in (1, cores))
     t_old = old["diffrax Dopri8 (stage loop)"][0]
     t_scipy = timed["SciPy loop"][0] * B / B_scipy
     return dict(
@@ -140,7 +143,8 @@ def bench_batch(q, R) -> dict:
         ratio_scipy=t_scipy / t_new, ratio_scipy_stage_loop=t_scipy / t_old, speedup=t_old / t_new,
         us_per_lane_step=t_new / computed_lane_steps * 1e6, us_per_lane_step_stage_loop=t_old / computed_lane_steps * 1e6,
         floor_us_per_lane_step=floor / computed_lane_steps * 1e6, flops_per_field_eval=flops,
-        flops_per_lane_step=13 * flops, repeats=R(5),
+        flops_per_lane_step=13 * flops, repeats=R(5), cores=cores, one_device_s=one_dev["warm_s"],
+        per_core_s=per_core["warm_s"], per_core_ok=per_core["ok"] and one_dev["ok"],
     )
 
 
@@ -242,8 +246,10 @@ print(json.dumps(dict(first_s=first, warm_s=float(np.median(times)), peak_mib=rs
 """
 
 
-def _scale_run(kind: str, size: int, repeats: int) -> dict:
-    env = {**os.environ, "GRADFLOW_NO_CACHE": "1", "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _scale_run(kind: str, size: int, repeats: int, cpu_devices: int = 1) -> dict:
+    """Run :data:`SCALE` in a fresh process with ``cpu_devices`` JAX CPU devices (``JAX_NUM_CPU_DEVICES``)."""
+    env = {**os.environ, "GRADFLOW_NO_CACHE": "1", "JAX_NUM_CPU_DEVICES": str(cpu_devices),
+           "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-c", SCALE, kind, str(size), str(repeats)], cwd=ROOT, env=env,
                          capture_output=True, text=True)
     if out.returncode != 0:
@@ -282,13 +288,21 @@ def report(res: dict, quick: bool) -> str:
          f"{b['us_per_lane_step_stage_loop']:.2f} | {b['ratio_scipy_stage_loop']:.0f}× |",
          f"| field floor: the vmapped field alone, 13 evaluations × {b['steps_max']} steps | {b['floor_s']:.3f} | "
          f"{b['floor_us_per_lane_step']:.2f} | – |",
+         f"| same batch in a fresh process, one JAX CPU device (the default) | {b['one_device_s']:.3f} | – | "
+         f"{b['scipy_extrapolated_s'] / b['one_device_s']:.0f}× |",
+         f"| same, `JAX_NUM_CPU_DEVICES={b['cores']}`: one device per core, lanes sharded over them | "
+         f"{b['per_core_s']:.3f} | – | {b['scipy_extrapolated_s'] / b['per_core_s']:.0f}× |",
          f"| SciPy DOP853 loop (measured on {b['scipy_lanes']} seeds, extrapolated) | {b['scipy_extrapolated_s']:.2f} | – | 1 |", "",
          f"Speed-up of the batched solve: {b['speedup']:.2f}× (stage loop / unrolled, same run); all ok: {b['ok']}; "
          f"steps max {b['steps_max']}, mean {b['steps_mean']:.1f}; {b['lanes_per_solve']} lanes per vmapped solve. "
          f"A lane-step evaluates the field 13 times, {b['flops_per_lane_step']:.0f} flops by XLA's count "
          f"({b['flops_per_field_eval']:.0f} per evaluation), i.e. {b['flops_per_lane_step'] / (b['us_per_lane_step'] * 1e3):.2f} "
          f"GFLOP/s achieved; the solve costs {b['time_s'] / b['floor_s']:.1f}× its field floor. "
-         f"First call (compile) {b['compile_s']:.1f} s unrolled vs {b['compile_stage_loop_s']:.1f} s with the stage loop.", "",
+         f"First call (compile) {b['compile_s']:.1f} s unrolled vs {b['compile_stage_loop_s']:.1f} s with the stage loop. "
+         f"One device per core: {b['one_device_s'] / b['per_core_s']:.2f}× the one-device time on {b['cores']} cores "
+         f"(fresh processes, median of warm calls; all ok: {b['per_core_ok']}). JAX gives a CPU one device by default, "
+         "and a vmapped solve of a few hundred lanes runs on one core; with several devices the engine shards "
+         "the lanes over them and each runs on its own core.", "",
          "Where a lane-step went (XLA:CPU thunk profile, `jax.profiler.trace`, and HLO of the vmapped solve): "
          "diffrax runs an explicit Runge–Kutta step as a loop over its stages with a stage buffer `ks` "
          "(14 stages × state); each stage input is a tensordot of a tableau row with that buffer. Under `vmap` "

@@ -90,10 +90,34 @@ def _init_distributed(args) -> bool:
     return True
 
 
+def _usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _cpu_devices(n: int | None, distributed: bool) -> None:
+    """Give JAX ``n`` CPU devices (default: one per usable core; ``1`` under ``jax.distributed``,
+    where each process already has its share), so a batch's lanes, which are sharded over the
+    devices, run on every core instead of one. Before any JAX computation; the user's own
+    ``JAX_NUM_CPU_DEVICES`` or ``XLA_FLAGS=--xla_force_host_platform_device_count`` wins, and a
+    JAX backend already running (a caller in the same process) is left as it is."""
+    if n is None and distributed:
+        return
+    if "JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
+        return
+    import jax
+
+    try:
+        jax.config.update("jax_num_cpu_devices", _usable_cores() if n is None else n)
+    except RuntimeError:  # backends already initialised by the calling process
+        pass
+
+
 def _cmd_sweep(args) -> int:
     from .sweep import SweepSpec, load_sweep, run_sweep
 
-    distributed = _init_distributed(args)  # first: before anything starts a JAX backend
+    distributed = args.distributed or args.coordinator is not None
+    _cpu_devices(args.cpu_devices, distributed)
+    distributed = _init_distributed(args)  # before anything starts a JAX backend
     spec = SweepSpec(
         seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
         normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
@@ -108,6 +132,7 @@ def _cmd_sweep(args) -> int:
     who = f"process {index}/{count}: " if distributed else ""
     print(f"sweep: {who}{len(res['computed'])} chunks computed, {len(res['skipped'])} already done, "
           f"{len(spec.configs)} configs x {spec.seed_stop - spec.seed_start} seeds in {time.perf_counter() - start:.1f} s "
+          f"on {len(jax.local_devices())} {jax.default_backend().upper()} device(s) "
           f"-> {args.out} (read it with xarray.open_zarr)")
     if not distributed:
         return 0
@@ -279,6 +304,10 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--points", type=int, default=50, help="save points per run (default 50)")
     w.add_argument("--solver", default="auto", help="solver (default auto)")
     w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
+    w.add_argument("--cpu-devices", type=_count("cpu-devices", 1), default=None,
+                   help="JAX CPU devices the lanes are spread over, one core each (default: the usable cores, "
+                        f"{_usable_cores()} here; 1 under jax.distributed); JAX_NUM_CPU_DEVICES or XLA_FLAGS' host "
+                        "device count, if set, win")
     w.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
     d = w.add_argument_group(
         "across processes/hosts (jax.distributed)",

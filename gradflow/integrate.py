@@ -433,7 +433,8 @@ def integrate_batch(
     a leading axis ``B``; ``status`` is per lane. Lanes are solved in rounds (lanes still
     running after a round continue alone) and sharded over ``devices`` (default all of
     ``jax.local_devices()``), as in :func:`gradflow.simulate_batch`; results do not depend on the
-    number of devices. Shapes and static settings are compiled once per process.
+    number of devices (on a CPU, ``JAX_NUM_CPU_DEVICES`` = the number of cores gives one device per
+    core; see :func:`gradflow.simulate_batch`). Shapes and static settings are compiled once per process.
 
     **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``
     without the batch axis, or a bad ``devices``.

@@ -275,8 +275,12 @@ def simulate_batch(
 
     Lanes are sharded over ``devices`` (default: all of ``jax.local_devices()``, e.g. every GPU of
     this host; under ``jax.distributed`` each process solves on its own devices) with
-    ``jax.sharding``; results do not depend on the number of devices. Solves run in rounds of
-    :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
+    ``jax.sharding``; results do not depend on the number of devices. On a CPU, JAX has one
+    device unless told otherwise, and a batch then runs on one core: set the environment variable
+    ``JAX_NUM_CPU_DEVICES`` to the number of cores (or call
+    ``jax.config.update("jax_num_cpu_devices", n)`` before the first JAX computation) to get one
+    device per core, over which the lanes are then spread (measured in ``benchmarks/PERF18.md``).
+    Solves run in rounds of :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
     so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)
     and solver settings other than the tolerances are compiled once per process: ``t1``,
     ``ts`` values, ``rtol``, ``atol`` and the initial states can change without recompiling.

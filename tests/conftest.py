@@ -5,6 +5,9 @@ import os
 # full CI run once died in a segmentation fault while deserialising an executable from it. The
 # one test of the cache runs its own subprocesses (with a folder of their own).
 os.environ["GRADFLOW_NO_CACHE"] = "1"
+# In-process calls of `gradflow sweep` would give JAX one CPU device per core if they ran before
+# any other JAX computation; the tests' results (compared bit for bit) assume JAX's single device.
+os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
 
 import jax  # noqa: E402
 

@@ -1,6 +1,8 @@
 """``gradflow sweep``: one zarr store, resumability, refusal of a different spec, cache opt-out."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -171,3 +173,55 @@ def test_release_executables_drops_compiled_code_only_above_the_limit():
     assert released is (n is not None)
     if released:
         assert f._cache_size() == 0
+
+
+def test_sweep_cpu_devices_default_and_precedence(monkeypatch):
+    """``gradflow sweep`` asks JAX for one CPU device per usable core, ``--cpu-devices`` overrides
+    that, ``jax.distributed`` runs keep JAX's default unless told, and the user's own
+    ``JAX_NUM_CPU_DEVICES`` / ``XLA_FLAGS`` host device count win (nothing is set then)."""
+    import jax
+
+    calls = []
+    monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
+    monkeypatch.delenv("JAX_NUM_CPU_DEVICES", raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=true")
+    cli._cpu_devices(None, distributed=False)
+    cli._cpu_devices(3, distributed=False)
+    cli._cpu_devices(None, distributed=True)  # control: no default under jax.distributed
+    cli._cpu_devices(5, distributed=True)
+    assert calls == [("jax_num_cpu_devices", cli._usable_cores()), ("jax_num_cpu_devices", 3),
+                     ("jax_num_cpu_devices", 5)], calls
+    calls.clear()
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    cli._cpu_devices(2, distributed=False)
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setenv("JAX_NUM_CPU_DEVICES", "2")
+    cli._cpu_devices(None, distributed=False)
+    assert calls == [], calls
+    monkeypatch.delenv("JAX_NUM_CPU_DEVICES")
+    monkeypatch.undo()  # the real config: the backend of this process is running, so it is left alone
+    jax.devices()
+    cli._cpu_devices(7, distributed=False)
+    assert jax.config.jax_num_cpu_devices != 7
+
+
+@pytest.mark.slow  # two fresh processes, each compiling a batched solve
+def test_sweep_spreads_lanes_over_cpu_devices(tmp_path):
+    """In a fresh process the sweep runs on ``--cpu-devices 2`` devices (its summary line says
+    so) and writes the same runs as on one device, far inside the tolerance."""
+    import xarray as xr
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(GRADFLOW_NO_CACHE="1", JAX_PLATFORMS="cpu", PYTHONPATH=root)
+    stores = {}
+    for k in (1, 2):
+        out = tmp_path / f"k{k}.zarr"
+        r = subprocess.run([sys.executable, "-m", "gradflow.cli", "sweep", str(out), "--seeds", "0:6", "--chunk", "6",
+                            "--n", "4", "--t1", "1e6", "--points", "8", "--cpu-devices", str(k), "--no-progress"],
+                           cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert f"on {k} CPU device(s)" in r.stdout, r.stdout
+        stores[k] = xr.open_zarr(out).load()
+    a1, a2 = (np.asarray(stores[k]["a"]) for k in (1, 2))
+    assert np.all(np.isfinite(a1)) and np.max(np.abs(a1 - a2)) <= 1e-8 * np.max(np.abs(a1))
