@@ -5,13 +5,14 @@ import os
 # full CI run once died in a segmentation fault while deserialising an executable from it. The
 # one test of the cache runs its own subprocesses (with a folder of their own).
 os.environ["GRADFLOW_NO_CACHE"] = "1"
-# In-process calls of `gradflow sweep` would give JAX one CPU device per core if they ran before
-# any other JAX computation; the tests' results (compared bit for bit) assume JAX's single device.
-os.environ.setdefault("JAX_NUM_CPU_DEVICES", "1")
 
 import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
+# Start the backend now: an in-process `gradflow sweep` run before any other JAX computation would
+# otherwise give JAX one CPU device per core for the rest of the run, and the tests' results
+# (some compared bit for bit) assume JAX's single device. Subprocesses choose their own devices.
+jax.devices()
 
 import matplotlib  # noqa: E402
 
