@@ -808,7 +808,7 @@ def test_committed_sec4_checks_cover_the_runs_and_fail_on_wrong_inputs():
     ind = [i for i, r in enumerate(runs)  # the softmax run: every layer-2 head a sink, so the mutations show
            if r["config"]["task"] == "induction" and r["config"]["kernel"] == "softmax"][0]
     grp = {(r["config"]["kernel"], r["config"]["n_layers"], r["config"]["use_mlp"], r["config"]["use_layernorm"]): i
-           for i, r in enumerate(runs) if r["config"]["task"] == "groups"}
+           for i, r in enumerate(runs) if r["config"]["task"] == "groups" and r["config"]["seed"] == 0}
     # layer 1's BOS shares in place of layer 2's (measured: 0.80 off, tolerance 5e-5)
     fails("sinks-induction", lambda rs: rs[ind].update(bos_share=rs[ind]["bos_share"][::-1].copy()))
     # the sink threshold applied to shares just below 0.9 drops every head: the % changes
@@ -819,7 +819,7 @@ def test_committed_sec4_checks_cover_the_runs_and_fail_on_wrong_inputs():
     # the group heads left out of the pooled sparsity score
     fails("sparsity-heads", lambda rs: [r.update(config={**r["config"], "task": "none"}) for r in rs
                                         if r["config"]["task"] == "groups"])
-    # the softmax runs with and without MLP (LayerNorm on) swapped: flip rates 0.824 and 1.0
+    # seed 0's softmax runs with and without MLP (LayerNorm on) swapped: flip rates 0.824 and 1.0
     a, b = grp[("softmax", 1, True, True)], grp[("softmax", 1, False, True)]
     fails("flip-rate", lambda rs: [rs[i].update(flip_per_head=runs[j]["flip_per_head"], flip_rate=runs[j]["flip_rate"])
                                    for i, j in ((a, b), (b, a))])

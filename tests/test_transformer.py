@@ -527,10 +527,15 @@ def test_sec4_figure_configs_record_the_settings():
     assert [r["n_heads"] for r in cfg["induction_runs"]] == [4, 1]
     assert cfg["induction_runs"][1]["only_variants"] == ["softmax-norm", "sigmoid-raw", "linear-raw"]
     grp = cfg["group_runs"]
-    assert {(g["use_mlp"], g["use_layernorm"]) for g in grp[:4]} == {(True, True), (True, False), (False, True),
-                                                                     (False, False)}
-    assert all((g["n_layers"], g["n_heads"], g["vocab"], g["n_train"]) == (1, 1, 41, 10_000) for g in grp[:4])
-    assert (grp[4]["n_layers"], grp[4]["n_heads"], grp[4]["only_variants"]) == (2, 4, ["softmax-norm"])
+    assert cfg["group_seeds"] == [0, 1, 2]  # the flip grid: seeds 0–2 of every 1 × 1 panel
+    panels = [g for g in grp if "only_variants" not in g]
+    assert sorted((g["use_mlp"], g["use_layernorm"], g["seed"]) for g in panels) == sorted(
+        (m, ln, s) for m in (True, False) for ln in (True, False) for s in (0, 1, 2))
+    assert all((g["n_layers"], g["n_heads"], g["vocab"], g["n_train"]) == (1, 1, 41, 10_000) for g in panels)
+    assert (grp[-1]["n_layers"], grp[-1]["n_heads"], grp[-1]["only_variants"], grp[-1]["seed"]) == (
+        2, 4, ["softmax-norm"], 0)
+    assert "seeds 0–2 (authors: 0–4)" in _sec4.group_note(cfg)
+    assert "seed 0 only (authors: 0–4)" in _sec4.group_note(_sec4.config(quick=True, tasks=("groups",)))
     data = {"ind_available": np.zeros((len(cfg["variants"]), 2), bool)}
     assert "seed 0 only (authors: 0–4)" in _sec4.induction_note(cfg)
     assert "only" not in _sec4.induction_note({**cfg, "seeds": [0, 1, 2, 3, 4]})  # control: full set

@@ -31,14 +31,21 @@ from gradflow.sims.sec4.train import run_name
 __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label", "figure"]
 
 SEEDS = (0,)  # compute budget: one seed, while the paper's grids use seeds 0–4 (stated on every figure)
+GROUP_SEEDS = (0, 1, 2)
+"""Seeds of the paper-scale flip grid (a group run takes minutes, an induction run an hour; the
+authors pool seeds 0–4). The quick scale and the induction grid use :data:`SEEDS`."""
 PAPER_SEEDS = (0, 1, 2, 3, 4)
 OLD_STOP_STEP = 1649
 """The step at which an earlier, unfaithful version of our softmax run stopped early (epoch 4.2)."""
 
 
 def seed_note(cfg: dict) -> dict:
-    """``{"seeds": [...], "paper_seeds": [0, ..., 4]}``: the seeds run vs. the authors' grid."""
-    return {"seeds": list(cfg["seeds"]), "paper_seeds": list(PAPER_SEEDS)}
+    """``{"seeds": [...], "paper_seeds": [0, ..., 4]}`` (and ``"group_seeds"`` for the group
+    task): the seeds run vs. the authors' grid."""
+    out = {"seeds": list(cfg["seeds"]), "paper_seeds": list(PAPER_SEEDS)}
+    if "group_seeds" in cfg:
+        out["group_seeds"] = list(cfg["group_seeds"])
+    return out
 
 
 def figure(id: str, title: str, plot, summary, tasks=("induction", "groups")):
@@ -92,7 +99,9 @@ def config(quick: bool, tasks=("induction", "groups")) -> dict:
     if "induction" in tasks:
         cfg["induction_runs"] = [_recorded("induction", s) for s in induction_runs(quick, SEEDS)]
     if "groups" in tasks:
-        cfg["group_runs"] = [_recorded("groups", s) for s in group_runs(quick, SEEDS)]
+        group_seeds = SEEDS if quick else GROUP_SEEDS
+        cfg["group_seeds"] = list(group_seeds)
+        cfg["group_runs"] = [_recorded("groups", s) for s in group_runs(quick, group_seeds)]
     if not quick:  # which runs are finished: the cached figure data is recomputed when one lands
         cfg["finished"] = sorted(
             run_name(make_config(task, k, n, s)) for task in tasks for k, n in variants
@@ -298,13 +307,15 @@ def bar_position(name: str, all_variants: bool = True, names=None) -> float:
 def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str = "{:.0f}",
                    available: np.ndarray | None = None, all_variants: bool = True, top: float = 1.0,
                    ran_label: str = "no run > 0.95", diverged: np.ndarray | None = None,
-                   legend: bool = True) -> None:
+                   legend: bool = True, points: list | None = None, notes: list | None = None) -> None:
     """Grouped bars: x = kernel, filled = normalised, hatched = without normalisation.
 
     ``values[i]`` belongs to ``cfg["variants"][i]``; NaN or unavailable variants are written
     "not run" (or ``ran_label`` when the run exists, "diverged" where ``diverged[i]`` is finite
     for every available run), and with ``all_variants`` every Table 1 variant gets a slot so
-    missing ones are visible. The legend goes above the axes, clear of the bars.
+    missing ones are visible. The legend goes above the axes, clear of the bars. ``points[i]``:
+    the single runs behind a bar (e.g. one per seed of a mean), drawn as dots on it; ``notes[i]``:
+    text appended to the bar's value label.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -325,8 +336,12 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
             if np.isfinite(val):
                 ax.bar(x, val, width=width, color=cmap(xi), alpha=0.9 if norm else 0.45,
                        hatch=None if norm else "///", edgecolor="k", linewidth=0.5)
-                text = fmt.format(val)  # upright if short; labels like "0.00" of adjacent bars would touch
-                ax.text(x, val + 0.02 * top, text, ha="center", va="bottom", fontsize=5.5,
+                if points is not None and len(points[i]) > 1:
+                    ax.scatter(np.full(len(points[i]), x), points[i], s=5, color="k", zorder=3, linewidths=0)
+                text = fmt.format(val) + (notes[i] if notes is not None else "")
+                # upright if short; labels like "0.00" of adjacent bars would touch
+                above = max(val, float(np.max(points[i]))) if points is not None and len(points[i]) else val
+                ax.text(x, above + 0.02 * top, text, ha="center", va="bottom", fontsize=5.5,
                         rotation=90 if len(text) > 3 else 0)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
@@ -351,7 +366,7 @@ def induction_note(cfg: dict) -> str:
             f"{r['n_train'] // 1000}k seq. × {r['epochs']} epochs (batch {r['batch']}), lr {r['lr']:g}, "
             f"vocab {r['vocab']}{' + shifted q' if r['shift_query'] else ''}, "
             f"BOS share rows {r['sink_rows'][0]}…{r['sink_rows'][1]}, "
-            f"{'early stop' if r['early_stop'] else 'no early stop'}; {seed_text(cfg)}")
+            f"{'early stop' if r['early_stop'] else 'no early stop'}; {seed_text(cfg['seeds'])}")
 
 
 def group_note(cfg: dict) -> str:
@@ -360,14 +375,17 @@ def group_note(cfg: dict) -> str:
     return (f"{cfg['scale']} scale: {r['n_layers']} layer × {r['n_heads']} head, d={r['d_model']}, "
             f"vocab {r['vocab']}, "
             f"{r['n_train'] // 1000}k seq. × {r['epochs']} epochs (batch {r['batch']}), lr {r['lr']:g}, "
-            f"{r['n_pairs']} pairs; {seed_text(cfg)}")
+            f"{r['n_pairs']} pairs; {seed_text(cfg.get('group_seeds', cfg['seeds']))}")
 
 
-def seed_text(cfg: dict) -> str:
-    seeds = list(cfg["seeds"])
+def seed_text(seeds) -> str:
+    """``seeds`` for a figure title, against the authors' seeds 0–4."""
+    seeds = list(seeds)
     if seeds == list(PAPER_SEEDS):
         return f"seeds {PAPER_SEEDS[0]}–{PAPER_SEEDS[-1]}"
-    return (f"seed {seeds[0]} only" if len(seeds) == 1 else f"seeds {seeds}") + \
+    run = (f"seed {seeds[0]} only" if len(seeds) == 1 else f"seeds {seeds[0]}–{seeds[-1]}"
+           if seeds == list(range(seeds[0], seeds[-1] + 1)) else f"seeds {seeds}")
+    return run + \
         f" (authors: {PAPER_SEEDS[0]}–{PAPER_SEEDS[-1]})"
 
 

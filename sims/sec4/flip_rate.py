@@ -51,11 +51,15 @@ def plot(data: dict, cfg: dict):
         s = cfg["group_runs"][g]
         cols = _same(cfg, g)
         rate = _mean_over(data, "flip_rate", cols)
+        runs = np.where(data["grp_available"][:, cols], data["flip_rate"][:, cols], np.nan)
+        points = [r[np.isfinite(r)] for r in runs]
+        notes = [f" ({len(r)}/{len(cols)})" if 0 < len(r) < len(cols) else "" for r in points]
         _sec4.bars_by_kernel(ax, rate, cfg, ylabel="flip rate" if p % ncols == 0 else "", fmt="{:.2f}",
                              available=data["grp_available"][:, cols], top=1.0, ran_label="diverged",
                              diverged=data["diverged_step_groups"][:, cols], legend=p == 0,
-                             all_variants=cfg["scale"] == "paper")
-        ax.set_ylim(0, 1.2)  # room for the vertical labels of bars at 1
+                             all_variants=cfg["scale"] == "paper", points=points, notes=notes)
+        ax.set_ylim(0, 1.5 if any(notes) else 1.2)  # room for the vertical labels of bars at 1
+        ax.set_yticks(np.linspace(0, 1, 6))
         acc = _mean_over(data, "group_acc", cols)
         acc = acc[np.isfinite(acc)]
         lo, hi = (f"{acc.min():.2f}", f"{acc.max():.2f}") if len(acc) else ("", "")
@@ -72,6 +76,10 @@ def plot(data: dict, cfg: dict):
         val = data["flip_rate"][i, ctrl[0]] if data["grp_available"][i, ctrl[0]] else np.nan
         note = (f"\ncontrol, softmax at {s['n_layers']} layers × {s['n_heads']} heads (MLP, LN): flip rate "
                 + (f"{val:.2f}" if np.isfinite(val) else "not run"))
+    seeds = cfg.get("group_seeds", cfg["seeds"])
+    if len(seeds) > 1:
+        note += (f"\nbars: mean over the seeds finished (dots: each seed; (k/{len(seeds)}): only k of the "
+                 f"{len(seeds)} seeds finished)")
     _sec4.suptitle(fig, "One-token flip attack (group task, 4 labels) — " + _sec4.group_note(cfg) + note)
     return fig
 
