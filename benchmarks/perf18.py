@@ -95,7 +95,7 @@ def field_floor(V0s, teachers, evals: int, lanes: int):
 
 def bench_batch(q, R) -> dict:
     import gradflow
-    from gradflow.internal import engine_batch
+    from gradflow.internal import engine_batch, usable_cores
 
     from .__main__ import TS_1E12, draws
     from .baselines import scipy_flow
@@ -132,7 +132,7 @@ def bench_batch(q, R) -> dict:
     floor = interleaved_medians({"field floor": floor_fn}, R(5))["field floor"][0]
     t_new = timed["gradflow simulate_batch"][0]
     # the same batch in fresh processes with one JAX CPU device, then one per core (lanes sharded)
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     one_dev, per_core = (_scale_run("seeds", B, R(7), cpu_devices=k) for k in (1, cores))
     t_old = old["diffrax Dopri8 (stage loop)"][0]
     t_scipy = timed["SciPy loop"][0] * B / B_scipy

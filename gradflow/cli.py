@@ -15,6 +15,7 @@ import time
 
 from ._cache import release_executables
 from ._errors import GradflowValueError
+from ._host import usable_cores
 
 DEFAULT_OUT = os.path.join("out", "figures")
 """Where ``figures`` and ``reproduce`` write by default: git-ignored, so a run never dirties a clone.
@@ -90,16 +91,13 @@ def _init_distributed(args) -> bool:
     return True
 
 
-def _usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
 def _cpu_devices(n: int | None, distributed: bool) -> None:
     """Give JAX ``n`` CPU devices (default: one per usable core; ``1`` under ``jax.distributed``,
     where each process already has its share), so a batch's lanes, which are sharded over the
     devices, run on every core instead of one. Before any JAX computation; the user's own
     ``JAX_NUM_CPU_DEVICES`` or ``XLA_FLAGS=--xla_force_host_platform_device_count`` wins, and a
-    JAX backend already running (a caller in the same process) is left as it is."""
+    JAX backend already running (a caller in the same process) is left as it is, with a warning
+    if ``n`` was asked for."""
     if n is None and distributed:
         return
     if "JAX_NUM_CPU_DEVICES" in os.environ or "xla_force_host_platform_device_count" in os.environ.get("XLA_FLAGS", ""):
@@ -107,9 +105,11 @@ def _cpu_devices(n: int | None, distributed: bool) -> None:
     import jax
 
     try:
-        jax.config.update("jax_num_cpu_devices", _usable_cores() if n is None else n)
+        jax.config.update("jax_num_cpu_devices", usable_cores() if n is None else n)
     except RuntimeError:  # backends already initialised by the calling process
-        pass
+        if n is not None:
+            print(f"gradflow: warning: --cpu-devices {n} ignored: JAX is already running with "
+                  f"{len(jax.devices('cpu'))} CPU device(s) in this process", file=sys.stderr)
 
 
 def _cmd_sweep(args) -> int:
@@ -306,7 +306,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
     w.add_argument("--cpu-devices", type=_count("cpu-devices", 1), default=None,
                    help="JAX CPU devices the lanes are spread over, one core each (default: the usable cores, "
-                        f"{_usable_cores()} here; 1 under jax.distributed); JAX_NUM_CPU_DEVICES or XLA_FLAGS' host "
+                        f"{usable_cores()} here; 1 under jax.distributed); JAX_NUM_CPU_DEVICES or XLA_FLAGS' host "
                         "device count, if set, win")
     w.add_argument("--no-progress", action="store_true", help="hide the progress bar (shown only on a terminal)")
     d = w.add_argument_group(

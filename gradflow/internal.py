@@ -10,6 +10,7 @@ without a deprecation period.
 - :func:`check_positive`, :func:`as_float_array`: the argument checks of gradflow's own functions.
 - :func:`default_record`: the GD record grid (iteration ``0`` and about ``num`` log-spaced
   indices), the default of :func:`gradflow.descend` and the one copy the figures use.
+- :func:`usable_cores`: the CPU cores this process may run on.
 - ``engine_batch``, ``engine_solve``, ``engine_stiff``, ``engine_rosenbrock``: the engine's solver modules (``ROUND_STEPS``,
   ``EXPLICIT_ROUND``, ...), for the benchmarks that time them.
 """
@@ -17,6 +18,7 @@ without a deprecation period.
 from ._descend import default_record
 from ._engine import batch as engine_batch, rosenbrock as engine_rosenbrock, solve as engine_solve, stiff as engine_stiff
 from ._errors import bad_arg, describe
+from ._host import usable_cores
 from ._validate import as_float_array, check_positive
 
-__all__ = ["as_float_array", "bad_arg", "check_positive", "default_record", "describe", "engine_batch", "engine_rosenbrock", "engine_solve", "engine_stiff"]
+__all__ = ["as_float_array", "bad_arg", "check_positive", "default_record", "describe", "engine_batch", "engine_rosenbrock", "engine_solve", "engine_stiff", "usable_cores"]

@@ -11,7 +11,9 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 # Start the backend now: an in-process `gradflow sweep` run before any other JAX computation would
 # otherwise give JAX one CPU device per core for the rest of the run, and the tests' results
-# (some compared bit for bit) assume JAX's single device. Subprocesses choose their own devices.
+# (some compared bit for bit) assume JAX's single device, also where the environment asks for more
+# (JAX_NUM_CPU_DEVICES, XLA_FLAGS' host device count). Subprocesses choose their own devices.
+jax.config.update("jax_num_cpu_devices", 1)
 jax.devices()
 
 import matplotlib  # noqa: E402

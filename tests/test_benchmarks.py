@@ -106,6 +106,13 @@ def test_issue18_targets_table_follows_the_numbers():
     res, perf = _targets_inputs(2.4, 0.2, 0.14, 1.9)
     perf["per_call"][0]["ratio_lsoda"] = 9.9
     assert "1e-08 **missed**" in row(targets.table(res, perf), "one trajectory")
+    # 1024 seeds with one device per core: a verdict of its own beside the default one-device run's
+    res, perf = _targets_inputs(2.4, 0.2, 0.16, 1.9)
+    perf["batch"].update(per_core_s=0.12, one_device_s=0.2, cores=2)
+    verdicts = row(targets.table(res, perf), "1024 seeds").split("|")[-2].strip()
+    assert verdicts == "**missed** (one device) / met (one per core)", verdicts
+    perf["batch"].update(per_core_s=0.16)
+    assert row(targets.table(res, perf), "1024 seeds").split("|")[-2].strip().endswith("**missed** (one per core)")
     md = "# r\n\n## Targets (issue 5)\n\n### Where a target is missed, and why\n\n- x\n\n## Fig. 2 data\n"
     once = targets.insert(md, good)
     twice = targets.insert(once, bad)

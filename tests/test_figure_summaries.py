@@ -740,6 +740,18 @@ def _check_flip(summary, cfg, runs):
             _assert_rounded([g["group_acc"]], [r["group_acc"]], 4)
             assert g["diverged_step"] is None
             n_checked += 1
+        # each bar: the mean flip rate over the seeds finished (diverged runs left out), by hand
+        panels = {}
+        for r, s in zip(res, cfg["group_runs"]):
+            if "only_variants" not in s:
+                panels.setdefault((s["n_layers"], s["n_heads"], s["use_mlp"], s["use_layernorm"]), []).append(r)
+        for (L, H, mlp, ln), rs in panels.items():
+            key = f"mean over seeds {L}x{H} {'mlp' if mlp else 'no-mlp'} {'ln' if ln else 'no-ln'}"
+            want_keys.add(key)
+            done = [r["flip_rate"] for r in rs if _good(r)]
+            want = {"flip_rate": _r(np.mean(done)) if done else None, "seeds_finished": len(done),
+                    "seeds_diverged": sum(r is not None and not _good(r) for r in rs), "seeds": len(rs)}
+            assert got[key] == want, (name, key, got[key], want)
         assert set(got) == want_keys, name
     return n_checked
 
@@ -825,6 +837,14 @@ def test_committed_sec4_checks_cover_the_runs_and_fail_on_wrong_inputs():
                                    for i, j in ((a, b), (b, a))])
     # a per-head rate that is not a mean over the pairs (off by a quarter of 1 / n_pairs)
     fails("flip-rate", lambda rs: rs[a].update(flip_per_head=rs[a]["flip_per_head"] + 0.25 / rs[a]["n_pairs"]))
+    # a bar's mean over 2 finished seeds divided by all 3 seeds instead (the summary, not the runs, wrong)
+    summary, cfg = args["flip-rate"]
+    two = next((name, key) for name, v in summary.items() if isinstance(v, dict) for key, e in v.items()
+               if key.startswith("mean over seeds") and e["seeds_finished"] == 2 and e["flip_rate"])
+    bad = copy.deepcopy(summary)
+    bad[two[0]][two[1]]["flip_rate"] = round(bad[two[0]][two[1]]["flip_rate"] * 2 / 3, 4)
+    with pytest.raises(AssertionError):
+        _check_flip(bad, cfg, runs)
     # layer 1's attention map in place of layer 2's
     fails("attn-patterns", lambda rs: rs[ind].update(example_maps=rs[ind]["example_maps"][::-1].copy()))
 

@@ -121,7 +121,8 @@ print(json.dumps(dict(devices=jax.device_count(), sharded_over=len(many.V.shardi
 @pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_sweep_on_simulated_devices_equals_one_device():
     """4 simulated CPU devices (the flag must precede the import of jax: a subprocess)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    env = {k: v for k, v in os.environ.items() if k != "JAX_NUM_CPU_DEVICES"}  # it would override XLA_FLAGS
+    env.update(XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = subprocess.run([sys.executable, "-c", _SHARD_SCRIPT], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]

@@ -175,11 +175,13 @@ def test_release_executables_drops_compiled_code_only_above_the_limit():
         assert f._cache_size() == 0
 
 
-def test_sweep_cpu_devices_default_and_precedence(monkeypatch):
+def test_sweep_cpu_devices_default_and_precedence(monkeypatch, capsys):
     """``gradflow sweep`` asks JAX for one CPU device per usable core, ``--cpu-devices`` overrides
     that, ``jax.distributed`` runs keep JAX's default unless told, and the user's own
     ``JAX_NUM_CPU_DEVICES`` / ``XLA_FLAGS`` host device count win (nothing is set then)."""
     import jax
+
+    from gradflow.internal import usable_cores
 
     calls = []
     monkeypatch.setattr(jax.config, "update", lambda name, value: calls.append((name, value)))
@@ -189,7 +191,7 @@ def test_sweep_cpu_devices_default_and_precedence(monkeypatch):
     cli._cpu_devices(3, distributed=False)
     cli._cpu_devices(None, distributed=True)  # control: no default under jax.distributed
     cli._cpu_devices(5, distributed=True)
-    assert calls == [("jax_num_cpu_devices", cli._usable_cores()), ("jax_num_cpu_devices", 3),
+    assert calls == [("jax_num_cpu_devices", usable_cores()), ("jax_num_cpu_devices", 3),
                      ("jax_num_cpu_devices", 5)], calls
     calls.clear()
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
@@ -203,6 +205,9 @@ def test_sweep_cpu_devices_default_and_precedence(monkeypatch):
     jax.devices()
     cli._cpu_devices(7, distributed=False)
     assert jax.config.jax_num_cpu_devices != 7
+    assert "--cpu-devices 7 ignored" in capsys.readouterr().err  # said, not silent
+    cli._cpu_devices(None, distributed=False)  # control: the default is not worth a warning
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.slow  # two fresh processes, each compiling a batched solve

@@ -24,7 +24,7 @@ OFF_SCALE = 1.5
 
 def plot(data: dict, cfg: dict):
     data = _sec4.unpack(data)
-    fig, axes = style.figure(1, 3, height=2.6)
+    fig, axes = style.figure(1, 3, height=3.0)  # room below the axes for the legend
     ax, ax_c, ax_b = axes[0]
     acc = np.where(data["ind_available"], data["induction_acc"], np.nan)
     acc = np.array([np.mean(a[np.isfinite(a)]) if np.isfinite(a).any() else np.nan for a in acc])
@@ -68,13 +68,16 @@ def plot(data: dict, cfg: dict):
     ax_c.set_ylim(0, 1.02)
     ax_c.set_title("during training (x: diverged)", fontsize=7)
     if data["ind_available"][:, 0].any():
-        ax_c.legend(fontsize=5.5, loc="upper left")
+        # one legend for the curves of both panels, below the figure: over the curves it hid them
+        fig.legend(*ax_c.get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=5,
+                   frameon=False, handlelength=2.2, columnspacing=1.0)
     ax_b.set_ylabel("layer-2 BOS share")
     ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
     ax_b.set_title("BOS share: max over heads (solid), mean (dotted)", fontsize=7)
     if off_scale:
-        ax_b.text(0.98, 0.03, "not drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
-                  transform=ax_b.transAxes, ha="right", va="bottom", fontsize=5, color="C3")
+        # under the axis label (the layout makes room for it; inside the axes it covered curves)
+        ax_b.set_xlabel("epoch\nnot drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
+                        fontsize=5.5, color="C3")
     missing = [n for i, n in enumerate(cfg["variants"]) if not data["ind_available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.3, f"not run: {len(missing)} of {len(cfg['variants'])} variants",

@@ -35,6 +35,24 @@ def _same(cfg: dict, g: int) -> list[int]:
     return [j for j, s in enumerate(cfg["group_runs"]) if {k: v for k, v in s.items() if k != "seed"} == ref]
 
 
+def _seed_stats(data: dict, cols: list[int]):
+    """Per variant, over the settings ``cols`` (one per seed): the mean flip rate of the finished
+    runs (NaN if none), their single rates, and how many runs finished and diverged."""
+    avail = data["grp_available"][:, cols]
+    div = avail & np.isfinite(data["diverged_step_groups"][:, cols])
+    runs = np.where(avail & ~div, data["flip_rate"][:, cols], np.nan)
+    points = [r[np.isfinite(r)] for r in runs]
+    return (np.array([p.mean() if len(p) else np.nan for p in points]), points,
+            np.array([len(p) for p in points]), div.sum(axis=1))
+
+
+def _note(k: int, n_div: int, n: int) -> str:
+    """A bar's seed note: ``" (2/3)"`` when only 2 of 3 seeds finished, plus the diverged ones."""
+    if k == n or k == 0:
+        return ""
+    return f" ({k}/{n}" + (f", {n_div} diverged)" if n_div else ")")
+
+
 def _mean_over(data: dict, key: str, cols: list[int]) -> np.ndarray:
     vals = np.where(data["grp_available"][:, cols], data[key][:, cols], np.nan)
     return _sec4.nan_reduce(np.nanmean, vals, 1)
@@ -50,10 +68,8 @@ def plot(data: dict, cfg: dict):
         ax = axes[p // ncols][p % ncols]
         s = cfg["group_runs"][g]
         cols = _same(cfg, g)
-        rate = _mean_over(data, "flip_rate", cols)
-        runs = np.where(data["grp_available"][:, cols], data["flip_rate"][:, cols], np.nan)
-        points = [r[np.isfinite(r)] for r in runs]
-        notes = [f" ({len(r)}/{len(cols)})" if 0 < len(r) < len(cols) else "" for r in points]
+        rate, points, k, n_div = _seed_stats(data, cols)
+        notes = [_note(int(a), int(b), len(cols)) for a, b in zip(k, n_div)]
         _sec4.bars_by_kernel(ax, rate, cfg, ylabel="flip rate" if p % ncols == 0 else "", fmt="{:.2f}",
                              available=data["grp_available"][:, cols], top=1.0, ran_label="diverged",
                              diverged=data["diverged_step_groups"][:, cols], legend=p == 0,
@@ -79,13 +95,20 @@ def plot(data: dict, cfg: dict):
     seeds = cfg.get("group_seeds", cfg["seeds"])
     if len(seeds) > 1:
         note += (f"\nbars: mean over the seeds finished (dots: each seed; (k/{len(seeds)}): only k of the "
-                 f"{len(seeds)} seeds finished)")
+                 f"{len(seeds)} seeds finished, diverged runs not counted)")
     _sec4.suptitle(fig, "One-token flip attack (group task, 4 labels) — " + _sec4.group_note(cfg) + note)
     return fig
 
 
 def _summary(data: dict, cfg: dict, i: int) -> dict:
     out = {}
+    for g in _panels(cfg):  # what a bar shows: the mean over the seeds finished
+        s, cols = cfg["group_runs"][g], _same(cfg, g)
+        mean, points, k, n_div = _seed_stats(data, cols)
+        key = (f"mean over seeds {s['n_layers']}x{s['n_heads']} {'mlp' if s['use_mlp'] else 'no-mlp'} "
+               f"{'ln' if s['use_layernorm'] else 'no-ln'}")
+        out[key] = {"flip_rate": _sec4.finite([mean[i]])[0], "seeds_finished": int(k[i]),
+                    "seeds_diverged": int(n_div[i]), "seeds": len(cols)}
     for g, s in enumerate(cfg["group_runs"]):
         if not data["grp_available"][i, g]:
             continue
