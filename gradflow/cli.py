@@ -115,8 +115,7 @@ def _cpu_devices(n: int | None, distributed: bool) -> None:
 def _cmd_sweep(args) -> int:
     from .sweep import SweepSpec, load_sweep, run_sweep
 
-    distributed = args.distributed or args.coordinator is not None
-    _cpu_devices(args.cpu_devices, distributed)
+    _cpu_devices(args.cpu_devices, distributed=args.distributed or args.coordinator is not None)
     distributed = _init_distributed(args)  # before anything starts a JAX backend
     spec = SweepSpec(
         seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
