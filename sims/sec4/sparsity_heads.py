@@ -57,9 +57,8 @@ def plot(data: dict, cfg: dict):
     ax_all.set_ylabel("sparsity score per head")
     ax_all.set_title("every head, every variant", fontsize=7, pad=24)
     ax_all.legend(fontsize=5.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
-    runs = cfg.get("group_runs", [])
-    expected = sum(len(s.get("only_variants", names)) for s in runs)
-    done = int(np.asarray(data["grp_available"]).sum()) if "grp_available" in data else 0
+    expected = sum(len(s.get("only_variants", names)) for s in cfg["group_runs"])
+    done = int(data["grp_available"].sum())
     _sec4.suptitle(fig, "Per-head sparsity — induction: " + _sec4.induction_note(cfg) + "\ngroups: "
                    + _sec4.group_note(cfg) + (f" ({done} of {expected} group runs finished)" if done < expected else ""))
     return fig
