@@ -527,17 +527,20 @@ def test_sec4_figure_configs_record_the_settings():
     assert [r["n_heads"] for r in cfg["induction_runs"]] == [4, 1]
     assert cfg["induction_runs"][1]["only_variants"] == ["softmax-norm", "sigmoid-raw", "linear-raw"]
     grp = cfg["group_runs"]
-    assert cfg["group_seeds"] == [0, 1, 2]  # the flip grid: seeds 0–2 of every 1 × 1 panel
+    assert cfg["group_seeds"] == [0, 1, 2, 3, 4]  # the flip grid: the authors' seeds 0–4 of every 1 × 1 panel
     panels = [g for g in grp if "only_variants" not in g]
     assert sorted((g["use_mlp"], g["use_layernorm"], g["seed"]) for g in panels) == sorted(
-        (m, ln, s) for m in (True, False) for ln in (True, False) for s in (0, 1, 2))
+        (m, ln, s) for m in (True, False) for ln in (True, False) for s in range(5))
     assert all((g["n_layers"], g["n_heads"], g["vocab"], g["n_train"]) == (1, 1, 41, 10_000) for g in panels)
     assert (grp[-1]["n_layers"], grp[-1]["n_heads"], grp[-1]["only_variants"], grp[-1]["seed"]) == (
         2, 4, ["softmax-norm"], 0)
-    assert "seeds 0–2 (authors: 0–4)" in _sec4.group_note(cfg)
+    assert "seeds 0–4" in _sec4.group_note(cfg) and "authors" not in _sec4.group_note(cfg)
     assert "seed 0 only (authors: 0–4)" in _sec4.group_note(_sec4.config(quick=True, tasks=("groups",)))
     data = {"ind_available": np.zeros((len(cfg["variants"]), 2), bool)}
     assert "seed 0 only (authors: 0–4)" in _sec4.induction_note(cfg)
+    # the title names the variants that have the 1-head run; the quick scale has 4 heads only
+    assert "4 heads (+ 1 head: softmax, sigmoid w/o norm, linear w/o norm)," in _sec4.induction_note(cfg)
+    assert "4 heads," in _sec4.induction_note(_sec4.config(quick=True, tasks=("induction",)))
     assert "only" not in _sec4.induction_note({**cfg, "seeds": [0, 1, 2, 3, 4]})  # control: full set
     q = _sec4.config(quick=True, tasks=("groups",))
     V = len(q["variants"])

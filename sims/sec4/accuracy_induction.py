@@ -33,7 +33,9 @@ def plot(data: dict, cfg: dict):
     ax.axhline(0.95, color="0.4", linestyle="--", linewidth=0.7)
     ax.tick_params(axis="x", labelrotation=35)
     ax.set_ylim(0, 1.12)
-    ax.set_title("final accuracy (chance 1/49)", fontsize=7, pad=14)
+    several = len(cfg["induction_runs"]) > 1
+    ax.set_title("final accuracy" + (", mean over runs" if several else "") + " (chance 1/49)", fontsize=7, pad=14)
+    main = f"\n{cfg['induction_runs'][0]['n_heads']}-head runs" if several else ""  # the curves: run 0 only
     cols = style.colors(len(cfg["variants"]))
     off_scale = []
     for i, name in enumerate(cfg["variants"]):
@@ -66,14 +68,14 @@ def plot(data: dict, cfg: dict):
         ax_b.text(old, 0.02, " earlier early stop", fontsize=5, color="0.4", rotation=90, va="bottom")
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
-    ax_c.set_title("during training (x: diverged)", fontsize=7)
+    ax_c.set_title(f"during training (x: diverged){main}", fontsize=7)
     if data["ind_available"][:, 0].any():
         # one legend for the curves of both panels, below the figure: over the curves it hid them
         fig.legend(*ax_c.get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=5,
                    frameon=False, handlelength=2.2, columnspacing=1.0)
     ax_b.set_ylabel("layer-2 BOS share")
     ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
-    ax_b.set_title("BOS share: max over heads (solid), mean (dotted)", fontsize=7)
+    ax_b.set_title(f"BOS share: max over heads (solid), mean (dotted){main}", fontsize=7)
     if off_scale:
         # under the axis label (the layout makes room for it; inside the axes it covered curves)
         ax_b.set_xlabel("epoch\nnot drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
