@@ -541,6 +541,8 @@ def test_sec4_figure_configs_record_the_settings():
     # the title names the variants that have the 1-head run; the quick scale has 4 heads only
     assert "4 heads (+ 1 head: softmax, sigmoid w/o norm, linear w/o norm)," in _sec4.induction_note(cfg)
     assert "4 heads," in _sec4.induction_note(_sec4.config(quick=True, tasks=("induction",)))
+    more = {**cfg, "induction_runs": cfg["induction_runs"] + [{**cfg["induction_runs"][0], "lr": 1e-2}]}
+    assert "(+ 4 heads" not in _sec4.induction_note(more)  # another lr of the 4-head runs: no new head count
     assert "only" not in _sec4.induction_note({**cfg, "seeds": [0, 1, 2, 3, 4]})  # control: full set
     q = _sec4.config(quick=True, tasks=("groups",))
     V = len(q["variants"])
@@ -608,3 +610,45 @@ def test_committed_paper_runs_load_and_are_found_after_the_normalization_rename(
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # control: the new spelling warns about nothing
         assert RunConfig(kernel="sigmoid", normalization=False).normalization is False
+
+
+def test_flip_summary_mean_counts_only_the_seeds_finished():
+    """A hand-made flip grid: in one panel softmax has 4 of its 5 seeds finished (rates 0.2, 0.4,
+    0.6, 0.8: mean 0.5 — dividing by all 5 seeds would give 0.4) and sigmoid w/o norm has one
+    diverged seed (left out of its mean 0.3 and counted as diverged); the bar notes say (4/5) and
+    (4/5, 1 diverged). Control: with every seed finished (seed 2 at 1.0) there is no note and the
+    mean is over 5 (0.6)."""
+    from gradflow.sims.sec4 import flip_rate
+
+    cfg = flip_rate.FIGURE.config(False)
+    V, G = len(cfg["variants"]), len(cfg["group_runs"])
+    g0 = flip_rate._panels(cfg)[0]
+    cols = flip_rate._same(cfg, g0)
+    assert [cfg["group_runs"][c]["seed"] for c in cols] == [0, 1, 2, 3, 4]
+    data = {"grp_available": np.zeros((V, G), bool), "flip_rate": np.full((V, G), np.nan),
+            "group_acc": np.full((V, G), np.nan), "diverged_step_groups": np.full((V, G), np.nan),
+            "flip_per_head": np.full((V, G, 2, 4), np.nan)}
+    sm, sg = cfg["variants"].index("softmax-norm"), cfg["variants"].index("sigmoid-raw")
+    for i, rates in ((sm, [0.2, 0.4, 0.9, 0.6, 0.8]), (sg, [0.3, 0.3, 0.9, 0.3, 0.3])):
+        data["grp_available"][i, cols] = True
+        data["flip_rate"][i, cols] = rates
+        data["flip_per_head"][i, cols, 0, 0] = rates
+        data["group_acc"][i, cols] = 1.0
+    data["grp_available"][sm, cols[2]] = False  # softmax seed 2 not run
+    data["diverged_step_groups"][sg, cols[2]] = 120.0  # sigmoid seed 2 diverged
+    s0 = cfg["group_runs"][g0]
+    key = f"mean over seeds 1x1 {'mlp' if s0['use_mlp'] else 'no-mlp'} {'ln' if s0['use_layernorm'] else 'no-ln'}"
+    out = flip_rate.FIGURE.summary(data, cfg)
+    assert out["softmax-norm"][key] == {"flip_rate": 0.5, "seeds_finished": 4, "seeds_diverged": 0, "seeds": 5}
+    assert out["sigmoid-raw"][key] == {"flip_rate": 0.3, "seeds_finished": 4, "seeds_diverged": 1, "seeds": 5}
+    assert "seed 2" not in " ".join(out["softmax-norm"]) and out["sigmoid-raw"][key.replace("mean over seeds ", "")
+                                                                                 + " seed 2"]["diverged_step"] == 120
+    _, _, k, n_div = flip_rate._seed_stats(flip_rate._sec4.unpack(data), cols)
+    assert [flip_rate._note(int(a), int(b), 5) for a, b in zip(k[[sm, sg]], n_div[[sm, sg]])] == [
+        " (4/5)", " (4/5, 1 diverged)"]
+    # control: every seed finished
+    data["grp_available"][sm, cols[2]] = True
+    data["flip_rate"][sm, cols[2]] = 1.0
+    full = flip_rate.FIGURE.summary(data, cfg)["softmax-norm"][key]
+    assert full == {"flip_rate": 0.6, "seeds_finished": 5, "seeds_diverged": 0, "seeds": 5}
+    assert flip_rate._note(5, 0, 5) == ""

@@ -33,8 +33,8 @@ __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label", "figure"]
 SEEDS = (0,)  # compute budget: one seed, while the paper's grids use seeds 0–4 (stated on every figure)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
 GROUP_SEEDS = PAPER_SEEDS
-"""Seeds of the paper-scale flip grid: the authors' seeds 0–4 (a group run takes about a minute,
-an induction run an hour). The quick scale and the induction grid use :data:`SEEDS`."""
+"""Seeds of the paper-scale flip grid: the authors' seeds 0–4 (a group run trains in seconds to
+minutes on 2 cores, an induction run in 12–140 min). The quick scale and the induction grid use :data:`SEEDS`."""
 OLD_STOP_STEP = 1649
 """The step at which an earlier, unfaithful version of our softmax run stopped early (epoch 4.2)."""
 
@@ -361,8 +361,11 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
 def induction_note(cfg: dict) -> str:
     """The induction settings of the main runs, for a figure title."""
     r = cfg["induction_runs"][0]
-    heads = f"{r['n_heads']} heads"
+    heads, seen = f"{r['n_heads']} heads", {r["n_heads"]}
     for s in cfg["induction_runs"][1:]:  # the extra head counts, run for some variants only
+        if s["n_heads"] in seen:  # another lr or seed of a head count already named
+            continue
+        seen.add(s["n_heads"])
         only = s.get("only_variants")
         heads += (f" (+ {s['n_heads']} head{'s' * (s['n_heads'] > 1)}"
                   + (f": {', '.join(variant_label(v) for v in only)}" if only else "") + ")")

@@ -623,6 +623,9 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, search: tuple[
 def load_result(path: str) -> dict:
     """A run's result file as a dict: the JSON part (``config``, ``history``, scalars) merged with
     the arrays (``bos_share``, ``sink_heads``, ``flip_per_head``, ``sparsity``, example maps).
+    Times, in wall seconds: ``history["train_seconds"]`` the training over all resumes;
+    ``measure_seconds`` the call that finished the run (its training since the last resume plus
+    the measurement, so not to be added to ``train_seconds``).
     A missing, truncated or foreign file raises :class:`gradflow.GradflowValueError` naming it."""
     z = load_npz(path, required=("meta",), what="a transformer run's result file")
     out = json.loads(str(z.pop("meta")))
