@@ -652,3 +652,29 @@ def test_flip_summary_mean_counts_only_the_seeds_finished():
     full = flip_rate.FIGURE.summary(data, cfg)["softmax-norm"][key]
     assert full == {"flip_rate": 0.6, "seeds_finished": 5, "seeds_diverged": 0, "seeds": 5}
     assert flip_rate._note(5, 0, 5) == ""
+
+
+@pytest.mark.parametrize("argv, message", [(["flips", "--seeds", "-1"], "seed: got -1; expected a non-negative integer"),
+                                           (["sinks", "--lrs", "0"], "lr: got 0.0; expected a positive finite number"),
+                                           (["sinks", "--heads", "3"], "n_heads: got 3; expected a divisor of d_model")])
+def test_grids_cli_refuses_bad_settings_before_training(argv, message, monkeypatch, capsys):
+    """A bad seed, lr or head count is a usage error (exit 2, the setting named on stderr, no
+    traceback) raised before any run trains. Control: the valid settings pass the check and reach
+    the training (stubbed here to stop at once)."""
+    from gradflow.sims.sec4 import grids
+
+    class Reached(Exception):
+        pass
+
+    def stub(*args, **kwargs):
+        raise Reached
+
+    monkeypatch.setattr(grids, "collect", stub)
+    with pytest.raises(SystemExit) as exc:
+        grids.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    good = [a if a not in ("-1", "0", "3") else {"-1": "1", "0": "1e-3", "3": "4"}[a] for a in argv]
+    with pytest.raises(Reached):
+        grids.main(good + ["--variants", "softmax-norm"])

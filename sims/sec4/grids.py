@@ -22,6 +22,7 @@ import os
 import shutil
 import sys
 
+from gradflow import GradflowValueError
 from gradflow.sims.sec4.train import RunConfig, group_config, induction_config, load_result, run, run_name
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
@@ -174,6 +175,13 @@ def main(argv=None) -> int:
         task, settings = "groups", group_runs(args.quick, args.seeds, control=False)
     else:
         task, settings = "groups", [s for s in group_runs(args.quick, args.seeds) if "_only" in s]
+    try:  # every setting checked before the first run trains: a bad seed or lr is a usage error
+        for s in settings:
+            for v in chosen:
+                if applies(*v, s):
+                    make_config(task, *v, s)
+    except GradflowValueError as err:
+        p.error(str(err))
     for s in settings:
         for v in chosen:
             if not applies(*v, s):
