@@ -175,33 +175,26 @@ def main(argv=None) -> int:
         task, settings = "groups", group_runs(args.quick, args.seeds, control=False)
     else:
         task, settings = "groups", [s for s in group_runs(args.quick, args.seeds) if "_only" in s]
-    try:  # every setting checked before the first run trains: a bad seed or lr is a usage error
-        for s in settings:
-            for v in chosen:
-                if applies(*v, s):
-                    make_config(task, *v, s)
+    try:  # every run's config built before the first run trains: a bad seed or lr is a usage error
+        jobs = [(v, s, make_config(task, *v, s)) for s in settings for v in chosen if applies(*v, s)]
     except GradflowValueError as err:
         p.error(str(err))
-    for s in settings:
-        for v in chosen:
-            if not applies(*v, s):
-                continue
-            res = collect(task, [v], [s], args.quick, train_missing=True, progress=not args.no_progress)
-            r = res[(variant_name(*v), 0)]
-            cfg = make_config(task, *v, s)
-            if args.commit_dir:
-                dest = os.path.join(committed_root(), _mode(args.quick), run_name(cfg) + ".npz")
-                if not os.path.exists(dest):
-                    os.makedirs(os.path.dirname(dest), exist_ok=True)
-                    src = os.path.join(cache_root(), _mode(args.quick), run_name(cfg) + ".npz")
-                    shutil.copyfile(src, dest + ".tmp")
-                    os.replace(dest + ".tmp", dest)
-            if task == "induction":
-                line = (f"induction acc {r['induction_acc']:.3f}, layer-2 BOS shares "
-                        f"{[round(float(b), 3) for b in r['bos_share'][-1]]}")
-            else:
-                line = f"group acc {r['group_acc']:.3f}, flip rate {r['flip_rate']:.3f}"
-            print(f"{r['name']} {s}: {line}", flush=True)
+    for v, s, cfg in jobs:
+        res = collect(task, [v], [s], args.quick, train_missing=True, progress=not args.no_progress)
+        r = res[(variant_name(*v), 0)]
+        if args.commit_dir:
+            dest = os.path.join(committed_root(), _mode(args.quick), run_name(cfg) + ".npz")
+            if not os.path.exists(dest):
+                os.makedirs(os.path.dirname(dest), exist_ok=True)
+                src = os.path.join(cache_root(), _mode(args.quick), run_name(cfg) + ".npz")
+                shutil.copyfile(src, dest + ".tmp")
+                os.replace(dest + ".tmp", dest)
+        if task == "induction":
+            line = (f"induction acc {r['induction_acc']:.3f}, layer-2 BOS shares "
+                    f"{[round(float(b), 3) for b in r['bos_share'][-1]]}")
+        else:
+            line = f"group acc {r['group_acc']:.3f}, flip rate {r['flip_rate']:.3f}"
+        print(f"{r['name']} {s}: {line}", flush=True)
     return 0
 
 
