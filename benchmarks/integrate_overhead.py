@@ -53,15 +53,15 @@ def run(repeats: int = 50, t1: float = 1e12) -> dict:
         return np.asarray(traj.a), int(traj.num_steps)
 
     def exact():
-        sol = gradflow.integrate(exact_loss, (V0, a0), t1=t1, steady=False, field=field, quadratures={"Gamma": gamma})
+        sol = gradflow.integrate(exact_loss, (V0, a0), t1=t1, field=field, quadratures={"Gamma": gamma})
         return np.asarray(sol.params[1]), int(sol.num_steps)
 
     def auto():
-        sol = gradflow.integrate(by_hand, (V0, a0), t1=t1, steady=False)
+        sol = gradflow.integrate(by_hand, (V0, a0), t1=t1)
         return np.asarray(sol.params[1]), int(sol.num_steps)
 
     def auto_centred():
-        sol = gradflow.integrate(centred, (V0, a0), t1=t1, steady=False)
+        sol = gradflow.integrate(centred, (V0, a0), t1=t1)
         return np.asarray(sol.params[1]), int(sol.num_steps)
 
     timed = interleaved_medians({"simulate": sim, "integrate (exact field)": exact, "integrate (autodiff)": auto,

@@ -58,7 +58,7 @@ def scipy_run(data, method, rtol, t_eval=None):
 
 
 def gradflow_run(data, rtol, ts=None):
-    kw = dict(t1=T1, args=data, rtol=rtol, steady=False)
+    kw = dict(t1=T1, args=data, rtol=rtol)
     if ts is not None:
         kw["ts"] = ts
     sol = gradflow.integrate(mm.p_loss, jnp.zeros(data.X.shape[2]), **kw)

@@ -194,7 +194,7 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
     flat0, unravel = ravel_pytree(y0)
     n, tau = flat0.size, float(np.log1p(1e3))
-    args = (flow, (mdl, loss), 1e-8, 1e-10)
+    args = solve.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10)
     f = lambda x: ravel_pytree(solve._log_time_rhs(tau, unravel(x), args))[0]
     W = jnp.eye(n) / (0.01 * 0.25) - jax.jacfwd(f)(flat0)
     lu, W_inv = jsl.lu_factor(W), jnp.linalg.inv(W)

@@ -28,7 +28,7 @@ wrong = [mm.att_svm(dt.X, dt.Y, dt.v, (np.asarray(dt.opt) + 1) % 4).w for dt in 
 ts = np.concatenate([[0.0], np.logspace(-2, 30, 161)])
 data = jax.tree.map(lambda *xs: jnp.stack(xs), *draws)                 # one data set per lane
 sol = gradflow.integrate_batch(mm.p_loss, jnp.zeros((4, 10)), args=data, args_batched=True,
-                               t1=1e30, ts=ts, rtol=1e-10, steady=False)
+                               t1=1e30, ts=ts, rtol=1e-10)
 print(f"statuses {list(sol.status)}, solver steps to t = 1e30: {np.asarray(sol.num_steps).tolist()}")
 
 P = np.asarray(sol.params)                                             # (4, len(ts), 10)

@@ -41,8 +41,7 @@ params0 = {"p": jnp.zeros(d), "v": 0.1 * jnp.asarray(rng.standard_normal(d))}
 sol = gradflow.integrate(
     loss, params0, args=X, t1=1e12,
     observe={"top_weight": lambda p, X: gradflow.softmax(X @ p["p"]).max(axis=-1)},
-    quadratures={"int_p2": lambda p, X: jnp.sum(p["p"] ** 2)},
-    steady=False)                                                   # the loss has no minimiser
+    quadratures={"int_p2": lambda p, X: jnp.sum(p["p"] ** 2)})    # no minimiser: no rest stop fires
 print(f"integrate: status {sol.status}, {int(sol.num_steps)} steps to t = {float(sol.t_end):.0e}")
 print(f"  loss {float(sol.loss[0]):.3f} -> {float(sol.loss[-1]):.2e}; |p| = {float(jnp.linalg.norm(sol.params['p'][-1])):.1f}")
 print(f"  top attention weight per sequence at t1: {np.round(np.asarray(sol.observed['top_weight'][-1]), 6)}")
@@ -51,7 +50,7 @@ assert sol.ok and float(sol.loss[-1]) < 1e-6
 
 B = 4                                                               # four initialisations at once
 batch0 = {"p": jnp.zeros((B, d)), "v": 0.1 * jnp.asarray(rng.standard_normal((B, d)))}
-bsol = gradflow.integrate_batch(loss, batch0, args=X, t1=1e12, steady=False)
+bsol = gradflow.integrate_batch(loss, batch0, args=X, t1=1e12)
 print(f"integrate_batch: statuses {list(bsol.status)}, steps {np.asarray(bsol.num_steps).tolist()}")
 
 gd = gradflow.descend_params(loss, params0, args=X, lr=0.5, steps=20_000)

@@ -132,7 +132,7 @@ def descend(
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
     lr, steps, rec, increments = _check_gd(lr, steps, optimizer, record)
-    out = _descend_jit(value_softmax_flow(loss), (mdl, loss), (V0, a0), jnp.asarray(lr), increments, optimizer)
+    out = _descend_jit(value_softmax_flow(loss, False), (mdl, loss), (V0, a0), jnp.asarray(lr), increments, optimizer)
     (V, a), Gamma = out.pop("params"), out.pop("quadratures")["Gamma"]
     out.update(V=V, a=a, Gamma=Gamma, **out.pop("observed"))
     k = jnp.asarray(rec)
@@ -204,7 +204,7 @@ def descend_params(
     """
     user, params0, args = prepare_user(loss, params0, args, None, observe, quadratures, batch=False)
     lr, steps, rec, increments = _check_gd(lr, steps, optimizer, record)
-    out = _descend_jit(user.flow(steady=False), args, params0, jnp.asarray(lr), increments, optimizer)
+    out = _descend_jit(user.flow(rest_stop=False, detect_stiffness=False), args, params0, jnp.asarray(lr), increments, optimizer)
     k = jnp.asarray(rec)
     obs = out["observed"]
     meta = {"method": "gd" if optimizer is None else "optax", "lr": lr, "steps": steps}

@@ -11,6 +11,7 @@ evaluation of the loss and its gradient at ``params0``), so a bad argument raise
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -93,9 +94,10 @@ class UserFunctions:
     quadratures: tuple
     observe: tuple
 
-    def flow(self, steady: bool) -> Flow:
+    def flow(self, rest_stop: bool = True, detect_stiffness: bool = True) -> Flow:
         return Flow(field=self.field, rates=_Dict(self.quadratures) if self.quadratures else None,
-                    observe=_Observe(self.loss, self.field, self.observe), steady=steady)
+                    observe=_Observe(self.loss, self.field, self.observe), rest_stop=rest_stop,
+                    detect_stiffness=detect_stiffness)
 
 
 # --------------------------------------------------------------------------- checks
@@ -299,9 +301,30 @@ def _probe_cached_call(key, probe_args):
     _PROBED[key] = True
 
 
-def _meta(solver, rtol, atol, t1, max_steps, steady):
+def _meta(solver, rtol, atol, t1, max_steps, rest_stop):
     return {"method": "flow", "solver": solver, "rtol": rtol, "atol": atol, "t1": t1, "max_steps": max_steps,
-            "steady": steady, "time": "log1p"}
+            "rest_stop": rest_stop, "time": "log1p"}
+
+
+def _rest_stop(rest_stop, steady) -> bool:
+    """``rest_stop``, or the deprecated ``steady`` mapped onto it (with a ``DeprecationWarning``).
+
+    **Raises:** :class:`gradflow.GradflowValueError` for a non-bool ``rest_stop`` or ``steady``, or
+    ``steady`` given together with ``rest_stop=False``."""
+    if not isinstance(rest_stop, (bool, np.bool_)):
+        raise bad_arg("rest_stop", rest_stop, "True (stop once the flow is at rest) or False (integrate to t1)")
+    if steady is None:
+        return bool(rest_stop)
+    if not isinstance(steady, (bool, np.bool_)):
+        raise bad_arg("steady", steady, "None (deprecated; use rest_stop)")
+    if rest_stop is not True:
+        raise bad_arg("steady", steady, "None when rest_stop is given (steady is its deprecated name)")
+    warnings.warn(
+        "integrate(steady=...) is deprecated and will be removed: solver='auto' now detects stiffness on every "
+        "flow and the rest stop fires only where the flow has no more than the tolerance left to move (never on a "
+        "flow without a finite minimiser), so the default is right for every loss; use rest_stop=False to "
+        "integrate to t1 without a rest stop", DeprecationWarning, stacklevel=3)
+    return bool(steady)
 
 
 def _solution(out, ts, meta, batch_shape=()) -> Solution:
@@ -331,8 +354,9 @@ def integrate(
     max_steps: int = 16384,
     observe: Mapping[str, Callable] | None = None,
     quadratures: Mapping[str, Callable] | None = None,
-    steady: bool = True,
+    rest_stop: bool = True,
     field: Callable | None = None,
+    steady: bool | None = None,
 ) -> Solution:
     """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of any JAX loss from ``θ(0) = params0`` to flow time ``t1``.
 
@@ -360,25 +384,31 @@ def integrate(
       functions take ``params`` only.
     - ``rtol``, ``atol``: tolerances of the PID step-size controller on the state in log time
       (default ``1e-8`` and ``rtol/100``).
-    - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``: Dopri8; for a
-      ``steady`` flow Dopri8 with stiffness detection per lane, switching to an implicit
-      method once its steps are stability-limited, and back when they are not: Rodas4 with
-      its linear systems solved by a few sweeps preconditioned by one eigendecomposition of the
-      Hessian per round for gradient flows of at least 128 parameters, Rodas4 with an LU
-      factorisation per step otherwise; see :data:`gradflow.SOLVERS`).
+    - ``solver``: one of :data:`gradflow.SOLVERS` (default ``"auto"``, for every flow: Dopri8
+      with stiffness detection per lane, switching to an implicit method once its steps are
+      stability-limited, and back when they are not: Rodas4 with its linear systems solved by a
+      few sweeps preconditioned by one eigendecomposition of the Hessian per round for gradient
+      flows of at least 128 parameters, Rodas4 with an LU factorisation per step otherwise; see
+      :data:`gradflow.SOLVERS` and the docs' solver guide).
     - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
     - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
       saved at ``ts`` into ``sol.observed[name]``.
     - ``quadratures``: ``{name: g}``, each ``g(params)`` returning a float scalar; ``∫₀ᵗ g dt``
       is integrated as ODE state (same tolerances) into ``sol.quadratures[name]``.
-    - ``steady``: ``True`` (default) if the loss has a finite minimiser the flow can reach: the
-      solve then stops once the flow is at rest within tolerance (``sol.t_steady``; later save
-      points hold that state) and ``auto`` prepares for its stiff late phase. It never fires
-      while the flow moves in log time (e.g. a logistic loss whose margin grows like ``log t``),
-      but it does at any point where the field is that small, e.g. a saddle the flow starts at.
-      ``False``: integrate to ``t1`` whatever happens (Dopri8 under ``auto``).
+    - ``rest_stop``: ``True`` (default): stop once the flow is at rest, i.e. once the movement
+      left to it up to ``t1``, bounded through its local linearisation in log time, is below 1% of
+      the tolerance (:func:`gradflow._engine.solve.at_rest`; the argument, and where it could
+      still be fooled, in the docs' solver guide). It cannot fire while the flow moves in log
+      time (a logistic loss whose margin grows like ``log t``, max-margin token selection) nor
+      near a saddle the flow is leaving. After the stop the later save points hold the rest state
+      (``sol.t_steady`` says when), observables are evaluated there and each quadrature
+      continues exactly as ``g(θ_rest)·(t − t_rest)``. ``False``: integrate to ``t1`` whatever
+      happens (stiffness is still detected under ``auto``).
     - ``field``: optional ``field(params)`` returning ``dθ/dt`` (a pytree like ``params``) used
       instead of ``−∇loss``, e.g. an exactly rewritten gradient; ``loss`` is then only observed.
+    - ``steady``: deprecated (a ``DeprecationWarning``); ``True``/``False`` mean
+      ``rest_stop=True``/``False``. It used to switch stiffness handling off as well, and its
+      rest test could fire on a flow still moving in log time.
 
     **Returns:** a :class:`gradflow.Solution` (``t``, ``params`` with a leading time axis, ``loss``,
     ``grad_norm``, ``observed``, ``quadratures``, ``valid``, ``status``, ``t_end``, ``t_steady``,
@@ -387,7 +417,7 @@ def integrate(
     **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a function, fails to
     trace, is not a real float scalar, cannot be differentiated or is non-finite (or has a
     non-finite gradient) at ``params0``; an empty ``params0`` or one with non-float, complex or
-    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps`` or ``solver``;
+    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps``, ``solver``, ``rest_stop`` or ``steady``;
     ``observe``/``quadratures`` that are not dicts of functions, fail to trace or return the
     wrong kind of value.
 
@@ -398,13 +428,14 @@ def integrate(
     >>> sol.status, round(float(w1[-1] ** 2), 6)                    # w² → y
     ('ok', 2.0)
     """
+    rest_stop = _rest_stop(rest_stop, steady)
     rtol, atol = _atol(rtol, atol)
     user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver, bool(steady))
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
     lanes = jax.tree.map(lambda x: x[None], params0)
-    out = _batch.run(user.flow(bool(steady)), args, lanes, taus, t1, rtol, atol, name, max_steps, False,
+    out = _batch.run(user.flow(rest_stop, solver == "auto"), args, lanes, taus, t1, rtol, atol, name, max_steps, False,
                      jax.local_devices()[:1], keep=len(ts), lane=0)
-    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, bool(steady)))
+    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, rest_stop))
 
 
 def integrate_batch(
@@ -421,9 +452,10 @@ def integrate_batch(
     max_steps: int = 16384,
     observe: Mapping[str, Callable] | None = None,
     quadratures: Mapping[str, Callable] | None = None,
-    steady: bool = True,
+    rest_stop: bool = True,
     field: Callable | None = None,
     devices: Sequence[jax.Device] | None = None,
+    steady: bool | None = None,
 ) -> Solution:
     """:func:`integrate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -439,12 +471,13 @@ def integrate_batch(
     **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``
     without the batch axis, or a bad ``devices``.
     """
+    rest_stop = _rest_stop(rest_stop, steady)
     rtol, atol = _atol(rtol, atol)
     user, params0s, args = prepare_user(loss, params0s, args, field, observe, quadratures, batch=True,
                                         args_batched=bool(args_batched))
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver, bool(steady))
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
-    out = _batch.run(user.flow(bool(steady)), args, params0s, taus, t1, rtol, atol, name, max_steps,
+    out = _batch.run(user.flow(rest_stop, solver == "auto"), args, params0s, taus, t1, rtol, atol, name, max_steps,
                      bool(args_batched), devices, keep=len(ts))
-    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, bool(steady)), batch_shape=(B,))
+    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, rest_stop), batch_shape=(B,))

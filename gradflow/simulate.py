@@ -51,12 +51,12 @@ def _metrics(params, args):
     return compute_metrics(model, loss, *params)
 
 
-def value_softmax_flow(loss: AbstractLoss) -> Flow:
+def value_softmax_flow(loss: AbstractLoss, detect_stiffness: bool = True) -> Flow:
     """The engine's :class:`gradflow._engine.solve.Flow` of the value-softmax family for ``loss``
-    (parameters ``(V, a)``, arguments ``(model, loss)``): it comes to rest only if
-    ``loss.has_finite_minimiser``."""
-    return Flow(field=_field, rates=_rates, observe=_metrics, steady=bool(loss.has_finite_minimiser),
-                steady_on_quadratures=True)
+    (parameters ``(V, a)``, arguments ``(model, loss)``; ``loss`` is a lane's loss, not read here):
+    the rest stop is on (it fires only where the flow has no more than the tolerance left to move,
+    so never on a loss without a finite minimiser); ``detect_stiffness`` for ``solver="auto"``."""
+    return Flow(field=_field, rates=_rates, observe=_metrics, rest_stop=True, detect_stiffness=detect_stiffness)
 
 
 def _stack_losses(losses: Sequence[AbstractLoss]) -> AbstractLoss:
@@ -239,13 +239,12 @@ def simulate(
     ('ok', True)
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver,
-                                                               bool(loss.has_finite_minimiser))
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
     meta, expand, solved = _meta(mdl, loss, name, rtol, atol, t1, max_steps), None, loss
     if _reducible(mdl, loss, V0):
         solved, V0, expand = _teacher_reduction(loss, V0)
         meta["state"] = "rank-one reduction (v, a): V = V0 + β̂ (v − v0)ᵀ"
-    out = _batch.run(value_softmax_flow(solved), (mdl, solved), (V0[None], a0[None]), taus, t1, rtol, atol, name,
+    out = _batch.run(value_softmax_flow(solved, solver == "auto"), (mdl, solved), (V0[None], a0[None]), taus, t1, rtol, atol, name,
                      max_steps, False, jax.local_devices()[:1], keep=len(ts), lane=0)
     return _trajectory(out, ts, meta, expand=expand)
 
@@ -303,9 +302,8 @@ def simulate_batch(
         fargs = (jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), mdl), stacked)
     else:
         fargs = (mdl, loss)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver,
-                                                               bool(first.has_finite_minimiser))
+    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
     devices = _batch.check_devices(devices)
-    out = _batch.run(value_softmax_flow(first), fargs, (V0s, a0s), taus, t1, rtol, atol, name, max_steps,
+    out = _batch.run(value_softmax_flow(first, solver == "auto"), fargs, (V0s, a0s), taus, t1, rtol, atol, name, max_steps,
                      loss_batched, devices, keep=len(ts))
     return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))

@@ -135,7 +135,7 @@ def test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall(solver):
     y0, t1 = 0.25, 10.0
     ts = np.array([0.0, 0.1, 0.5, 0.7, 2.0, t1])
     wall = lambda p: {"y": jnp.where(p["y"] < 1.0, 1.0, jnp.nan)}
-    sol = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, steady=False, field=wall,
+    sol = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, rest_stop=False, field=wall,
                              solver=solver, rtol=1e-10, atol=1e-12)
     assert sol.status == "nonfinite" and int(sol.num_steps) < 500
     assert float(sol.t_end) == pytest.approx(0.75, rel=2e-11)  # measured relative error <= 1.7e-12
@@ -144,7 +144,7 @@ def test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall(solver):
     y = np.asarray(sol.params["y"])[valid]
     np.testing.assert_allclose(y, y0 + ts[valid], rtol=2e-9)  # measured <= 1.7e-10 (tsit5's dense output)
     assert np.all(y < 1.0)
-    free = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, steady=False,
+    free = gradflow.integrate(lambda p: -p["y"], {"y": y0}, t1=t1, ts=ts, rest_stop=False,
                               field=lambda p: {"y": jnp.ones_like(p["y"])}, solver=solver, rtol=1e-10, atol=1e-12)
     assert free.status == "ok" and float(free.t_end) == t1
     np.testing.assert_allclose(np.asarray(free.params["y"]), y0 + ts, rtol=3e-9)  # measured <= 3.1e-10

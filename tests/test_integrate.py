@@ -94,7 +94,7 @@ def test_pytree_model_matches_scipy_dop853_and_radau():
     params0, args = _tanh_net_data()
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 50.0, 12)])
     sol = gradflow.integrate(_tanh_net_loss, params0, args=args, t1=50.0, ts=ts, rtol=1e-11, atol=1e-13,
-                             steady=False)
+                             rest_stop=False)
     assert sol.status == "ok" and sol.params["W"].shape == (13, 3, 2) and sol.params["b"].shape == (13, 3)
 
     def rhs(t, z):
@@ -121,7 +121,7 @@ def test_batch_equals_single_lanes_with_batched_args():
     ys = y + 0.5 * rng.randn(B, 6)
     args_b = (np.broadcast_to(X, (B,) + X.shape), ys, np.broadcast_to(v, (B, 3)))
     ts = np.geomspace(1e-2, 20.0, 7)
-    kw = dict(t1=20.0, ts=ts, steady=False, quadratures={"L": _tanh_net_loss})
+    kw = dict(t1=20.0, ts=ts, rest_stop=False, quadratures={"L": _tanh_net_loss})
     batch = gradflow.integrate_batch(_tanh_net_loss, p0s, args=args_b, args_batched=True, **kw)
     assert batch.status == ["ok"] * B and batch.params["W"].shape == (B, 7, 3, 2)
     for i in range(B):
@@ -152,7 +152,7 @@ def test_simulate_equals_integrate_of_the_loss_written_by_hand():
     traj = gradflow.simulate(loss, V0, a0, t1=1e6, ts=ts, rtol=1e-10, atol=1e-12)
     gamma = lambda p, b: jax.nn.sigmoid(-jnp.dot(b, p[0] @ jax.nn.softmax(p[1])))
     sol = gradflow.integrate(_value_softmax_logistic, (V0, a0), args=jnp.asarray(bs), t1=1e6, ts=ts, rtol=1e-10,
-                             atol=1e-12, steady=False, quadratures={"Gamma": gamma})
+                             atol=1e-12, rest_stop=False, quadratures={"Gamma": gamma})
     assert sol.status == traj.status == "ok"
     # plain autodiff of the softmax vs the exact centred derivative, both at rtol 1e-10:
     # measured 6.3e-10 (a), 9.9e-10 (V), 3.4e-10 relative (Γ), 1.7e-9 relative (loss)
@@ -169,7 +169,7 @@ def test_integrate_with_the_exact_field_is_simulate():
     loss = gradflow.LogisticTeacher(bs)
     model = gradflow.get_model("value-softmax")
     traj = gradflow.simulate(loss, V0, a0, t1=1e12)
-    sol = gradflow.integrate(lambda p: model.loss(loss, *p), (V0, a0), t1=1e12, steady=False,
+    sol = gradflow.integrate(lambda p: model.loss(loss, *p), (V0, a0), t1=1e12, rest_stop=False,
                              field=lambda p: gradflow.gradient_field(model, loss, *p),
                              quadratures={"Gamma": lambda p: model.gamma(loss, *p)})
     assert int(sol.num_steps) == int(traj.num_steps) == 37

@@ -89,7 +89,7 @@ def _h_rho_at_end(loss, V0, a0, t1, steps):
     taus = jnp.asarray([0.0, np.log1p(t1)])
     out = S.solve_lane(flow, (mdl, loss), y0, jnp.zeros(()), taus, jnp.asarray(1e-8), jnp.asarray(1e-10), "dopri8", steps)
     tau = out.tau_end
-    field = lambda z: S._log_time_rhs(tau, z, (flow, (mdl, loss), 1e-8, 1e-10))
+    field = lambda z: S._log_time_rhs(tau, z, S.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10))
     return float(stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps)), out
 
 
@@ -342,7 +342,7 @@ def _linear_stiff(gradient):
 
 @pytest.mark.parametrize("gradient", [True, False])
 def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, gradient):
-    """A stiff linear flow through the engine (``Flow`` with ``steady=True``) under ``auto``: the
+    """A stiff linear flow through the engine (``Flow`` with its rest stop on) under ``auto``: the
     symmetric one (a gradient flow) runs its implicit rounds with :data:`stiff.IMPLICIT`
     (``rodas4-eigh``); the
     non-symmetric one (the negative control for the symmetry probe) with the fallback Rodas4. Both
@@ -353,10 +353,10 @@ def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, grad
     from gradflow._engine.solve import Flow, check_settings
 
     A = _linear_stiff(gradient)
-    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)), steady=True)
+    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
     p0 = np.linspace(1.0, -1.0, 6)
     t1, ts, taus, rtol, atol, max_steps, name = check_settings(
-        1e3, np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), 1e-8, 1e-10, 20000, "auto", True)
+        1e3, np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), 1e-8, 1e-10, 20000, "auto")
     used = _solvers_used(monkeypatch)
     monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)  # the policy's size threshold is not what is tested here
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], jnp.asarray(taus), t1, rtol, atol, name, max_steps,

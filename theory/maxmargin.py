@@ -138,7 +138,7 @@ def mm_flows(trials: int, seed: int, shared_scores: bool = True, train_v: bool =
     else:
         params0, loss = jnp.zeros((trials, d)), mm.p_loss
     sol = gradflow.integrate_batch(loss, params0, t1=MM_T1, ts=ts, args=_stack(datas), args_batched=True,
-                                   rtol=FLOW_RTOL, steady=False)
+                                   rtol=FLOW_RTOL)
     return sol, draws, ts
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
@@ -35,7 +36,7 @@ from .rosenbrock import EigenRodas4, EigenW, HoldStep, Rodas4, Ros34pw2
 from .stiff import asymmetry, stiffness_ratio
 
 __all__ = [
-    "Flow", "SolveState", "Status", "SOLVERS", "STEADY_FRACTION", "ROUNDOFF_FIELD", "STALL_ULPS",
+    "Flow", "FlowArgs", "SolveState", "Status", "SOLVERS", "REST_FRACTION", "STALL_ULPS", "at_rest",
     "check_settings", "default_ts", "log_taus", "resolve_solver", "make_solver", "rhs", "solve_lane",
 ]
 
@@ -56,7 +57,7 @@ class Status(enum.IntEnum):
 
 
 _MESSAGES = {
-    "ok": "reached t1, or came to rest within tolerance (t_steady) and holds that state",
+    "ok": "reached t1, or came to rest (t_steady: the movement left was below the tolerance) and holds that state",
     "max_steps": "the step budget (max_steps) ran out before t1",
     "stalled": "the log-time step collapsed below STALL_ULPS·eps·max(1, τ1) with a finite field "
                "around: a blow-up, kink or singularity ahead",
@@ -66,11 +67,11 @@ _MESSAGES = {
 }
 
 SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh", "rodas4-eigh")
-"""Accepted ``solver`` names. ``auto``: ``dopri8`` (explicit, 8th order) for flows without a
-finite minimiser (e.g. the logistic teacher, non-stiff in log time). For flows with a finite
-minimiser (``steady`` flows: square loss, soft-target cross-entropy, most users' losses) the flow
-becomes stiff once the fast modes have converged (explicit steps are then stability-limited, their
-number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
+"""Accepted ``solver`` names. ``auto``, for every flow: ``dopri8`` (explicit, 8th order) with
+stiffness detection. A flow without a finite minimiser (e.g. the logistic teacher) is non-stiff in
+log time and stays on ``dopri8``; a flow with a finite minimiser (square loss, soft-target
+cross-entropy, most users' losses) becomes stiff once the fast modes have converged (explicit
+steps are then stability-limited, their number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
 steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
 lane to an implicit method, and back to ``dopri8`` when the implicit steps get small
 (:mod:`gradflow._engine.stiff`). The implicit method: ``rodas4-eigh`` for gradient flows
@@ -92,24 +93,36 @@ solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`).""
 
 @dataclasses.dataclass(frozen=True)
 class Flow:
-    """What the engine integrates (hashable: a static argument of the compiled solve; a new
-    ``Flow`` equal to an earlier one reuses its compilation).
+    """What the engine integrates, and how (hashable: a static argument of the compiled solve; a
+    new ``Flow`` equal to an earlier one reuses its compilation).
 
     - ``field(params, args)``: ``d params/dt`` in flow time, same pytree structure as ``params``.
     - ``rates(params, args)``: ``dict`` of scalar quadrature integrands, or ``None``.
     - ``observe(params, args)``: ``dict`` of arrays computed at the save points, or ``None``.
-    - ``steady``: stop once the flow is at rest within tolerance (:func:`_steady`); for flows
-      with a finite minimiser. Otherwise only a non-finite field stops the solve early.
-    - ``steady_on_quadratures``: whether the quadrature states take part in the relative rest
-      test (their rates must then vanish at rest, as Γ's does); they never take part in the
-      round-off test.
+    - ``rest_stop``: stop once the flow is at rest (:func:`at_rest`, a criterion that cannot fire
+      while the flow still moves in log time by more than the tolerance); the later save points
+      then hold the rest state and the quadratures continue as ``g(θ*)·(t − t_rest)``. ``False``:
+      integrate to ``t1`` whatever happens (only a non-finite field stops the solve early).
+    - ``detect_stiffness``: the solve reports ``h·ρ`` and the Jacobian's asymmetry at its end
+      (``SolveState.h_rho``, ``asym``) for the phase policy of ``solver="auto"``
+      (:mod:`gradflow._engine.stiff`); ``False`` for a fixed solver.
     """
 
     field: Callable
     rates: Callable | None = None
     observe: Callable | None = None
-    steady: bool = False
-    steady_on_quadratures: bool = False
+    rest_stop: bool = True
+    detect_stiffness: bool = True
+
+
+class FlowArgs(NamedTuple):
+    """diffrax ``args`` of a solve: the :class:`Flow`, its arguments ``fargs`` and the
+    controller's tolerances (which the rest test measures the movement left in)."""
+
+    flow: Flow
+    fargs: Any
+    rtol: Any = None
+    atol: Any = None
 
 
 def rhs(flow: Flow, y, args):
@@ -118,23 +131,65 @@ def rhs(flow: Flow, y, args):
     return flow.field(params, args), ({} if flow.rates is None else flow.rates(params, args))
 
 
-def _log_time_rhs(tau, y, args):
-    """``dy/dτ = (1 + t)·dy/dt`` with ``t = expm1(τ)`` (diffrax signature; ``args = (flow, fargs, rtol, atol)``)."""
-    flow, fargs = args[0], args[1]
+def _log_time_rhs(tau, y, args: FlowArgs):
+    """``dy/dτ = (1 + t)·dy/dt`` with ``t = expm1(τ)`` (diffrax signature)."""
     scale = jnp.exp(tau)
-    return jax.tree.map(lambda f: scale * f, rhs(flow, y, fargs))
+    return jax.tree.map(lambda f: scale * f, rhs(args.flow, y, args.fargs))
 
 
-STEADY_FRACTION = 1e-3
-"""Steady-state stop for flows with a finite minimiser: the solve ends once every component
-moves by less than ``STEADY_FRACTION × (atol + rtol·|y|)`` per unit of log time ``τ``, or
-once the flow-time field is at round-off level (:data:`ROUNDOFF_FIELD`)."""
+REST_FRACTION = 1e-2
+"""The rest stop (:func:`at_rest`) fires once the movement the flow has left, as bounded through
+its local linearisation, is below ``REST_FRACTION`` of the tolerance ``atol + rtol·|θ|`` in every
+component."""
 
-ROUNDOFF_FIELD = 1024
-"""At a minimiser the computed field is round-off, about ``ε·|y|`` (``ε`` the float64
-machine epsilon), and ``(1 + t)·ε·|y|`` exceeds any tolerance once ``t`` is large: the
-relative test alone would then never fire and the solver would integrate noise to ``t1``.
-So a field below ``ROUNDOFF_FIELD·ε·(1 + max|params|)`` per unit of flow time also counts as rest."""
+
+def at_rest(tau, params, f, jf_dir, rtol, atol):
+    """Whether the flow is at rest at log time ``tau``: the movement left to it, bounded through
+    its local linearisation, is below :data:`REST_FRACTION` of the tolerance (the argument:
+    docs, "Solvers and statuses", the rest stop).
+
+    In log time the velocity is ``v = (1 + t)·f`` (``f`` the flow-time field at ``params``) and
+    ``dv/dτ = v + (1 + t)·J v`` (``J = ∂f/∂θ``). Along ``v`` the log-time contraction rate is
+
+        ``κ = −(1 + t)·⟨u, J u⟩/⟨u, u⟩ − 1``  (``u = f/max|f|``, the Rayleigh quotient of ``−J``),
+
+    so under the local linearisation ``|v|`` decays like ``exp(−κ·Δτ)`` and the flow moves at most
+    ``‖v‖_tol/κ`` more (``‖v‖_tol = max_i |v_i|/(atol + rtol|θ_i|)``). The flow is at rest when
+    ``κ > 0`` and that bound is below :data:`REST_FRACTION`, or when ``f = 0`` exactly.
+
+    - At a minimiser the computed ``f`` is round-off; ``J`` there is minus the Hessian, so
+      ``κ ≈ t·λ`` (``λ`` the curvature along the noise) grows as fast as ``|v|``: the bound tends
+      to ``|f|/λ``, round-off over curvature, and the test fires.
+    - On a flow without a finite minimiser (logistic, exponential loss, max-margin token
+      selection) ``θ`` moves by O(1) per unit of ``log t`` forever: ``|v|`` stays O(1) while ``κ``
+      is at most O(1/τ) (``κ = 0`` exactly for ``e^{−w}``), so the bound stays ≫ the tolerance.
+    - Algebraic convergence to a degenerate minimum (``w⁴``: ``w ∼ t^{−1/2}``, ``κ → 1/2``): the
+      bound is ``|v|/κ = w``, the distance left, which falls below the tolerance only when the
+      flow has no more than that left to move.
+    - Near a saddle the field grows along the unstable direction (``κ < 0`` once that direction
+      dominates ``v``): not at rest.
+
+    **Arguments:** ``tau`` log time; ``params`` the parameter pytree; ``f`` the flow-time field
+    there; ``jf_dir`` ``J·(f/max|f|)`` (a pytree like ``f``); ``rtol``, ``atol`` the tolerances.
+    **Returns:** a bool scalar."""
+    fmax = _max_abs(f)
+    scale = jnp.exp(tau)
+    safe = jnp.where(fmax > 0, fmax, 1.0)
+    u = jax.tree.map(lambda x: x / safe, f)
+    dot = lambda a, b: sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    kappa = -scale * dot(u, jf_dir) / dot(u, u) - 1.0
+    speed = jax.tree.reduce(jnp.maximum, jax.tree.map(
+        lambda fi, pi: jnp.max(scale * jnp.abs(fi) / (atol + rtol * jnp.abs(pi))), f, params))
+    return (fmax == 0) | ((kappa > 0) & (speed < REST_FRACTION * kappa))
+
+
+def _field_and_jvp(flow: Flow, params, fargs):
+    """``f = field(params)`` and ``J·(f/max|f|)`` (one linearisation of the field)."""
+    f, lin = jax.linearize(lambda p: flow.field(p, fargs), params)
+    fmax = _max_abs(f)
+    u = jax.tree.map(lambda x: x / jnp.where(fmax > 0, fmax, 1.0), f)
+    return f, lin(u)
+
 
 STALL_ULPS = 1024
 """The solve stalls (status ``stalled``) when its log-time step ``dτ`` falls below
@@ -150,21 +205,16 @@ def _max_abs(tree):
     return jax.tree.reduce(jnp.maximum, jax.tree.map(lambda x: jnp.max(jnp.abs(x)), tree))
 
 
-def _steady(tau, y, args, **kwargs):
-    """Event: the flow is at rest within tolerance (see :data:`STEADY_FRACTION`), or its field is
-    non-finite (see :func:`_nonfinite`)."""
-    flow, fargs, rtol, atol = args
-    f = rhs(flow, y, fargs)
-    scale = jnp.exp(tau)
-    fs, ys = (f, y) if flow.steady_on_quadratures else (f[0], y[0])
-    ratio = jax.tree.map(lambda fi, yi: jnp.max(scale * jnp.abs(fi) / (atol + rtol * jnp.abs(yi))), fs, ys)
-    relative = jax.tree.reduce(jnp.maximum, ratio) < STEADY_FRACTION
-    params, fparams = y[0], f[0]  # quadratures grow linearly at rest: not part of the round-off test
-    noise = ROUNDOFF_FIELD * jnp.finfo(jax.tree.leaves(params)[0].dtype).eps * (1 + _max_abs(params))
-    return relative | (_max_abs(fparams) < noise) | ~_all_finite(f)
+def _rest_event(tau, y, args: FlowArgs, **kwargs):
+    """Event: the flow is at rest (:func:`at_rest`), or its field is non-finite."""
+    params = y[0]
+    f, jf = _field_and_jvp(args.flow, params, args.fargs)
+    rates = {} if args.flow.rates is None else args.flow.rates(params, args.fargs)
+    rest = at_rest(tau, params, f, jf, args.rtol, args.atol)
+    return rest | ~_all_finite((f, rates))
 
 
-def _nonfinite(tau, y, args, **kwargs):
+def _nonfinite(tau, y, args: FlowArgs, **kwargs):
     """Event: the field at the accepted state is non-finite (stop at once, keep this finite state)."""
     return ~_all_finite(_log_time_rhs(tau, y, args))
 
@@ -172,7 +222,7 @@ def _nonfinite(tau, y, args, **kwargs):
 def _nonfinite_ahead(flow, fargs, tau, y, dtmin):
     """After a stall: does the field turn non-finite within a few ``dtmin`` of ``(tau, y)``?
     (Explicit Euler probes at ``dtmin·4^k``, ``k = 0..5``; then the status is ``nonfinite``.)"""
-    args = (flow, fargs)
+    args = FlowArgs(flow, fargs)
     f = _log_time_rhs(tau, y, args)
 
     def probe(h):
@@ -263,8 +313,8 @@ class SolveState(eqx.Module):
 
     ``ys``: the state ``(params, quadratures)`` at the save points (``(T, ...)``); ``reached``
     ``(T,)``: which save points the solve has reached; ``y_end``, ``tau_end``: the state and log
-    time where it stopped (``tau_end = τ1`` after a steady stop); ``tau_steady``: log time of the
-    steady stop (``inf`` if none); ``num_steps``: solver steps taken (accepted and rejected);
+    time where it stopped (``tau_end = τ1`` after a rest stop); ``tau_steady``: log time of the
+    rest stop (``inf`` if none); ``num_steps``: solver steps taken (accepted and rejected);
     ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue"); ``h_rho``:
     mean log-time step of the solve × spectral radius of the log-time Jacobian at ``y_end``
     (:func:`gradflow._engine.stiff.stiffness_ratio`; ``NaN`` for flows without a finite
@@ -288,9 +338,10 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
     """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``
     (``batched``: it is traced under ``vmap``, see :func:`make_solver`).
 
-    Save points before ``tau0`` are not computed here (``reached = False``). For steady flows
-    the solve stops at a steady state (:func:`_steady`); the points after it hold that state and
-    count as reached (the flow has converged to within tolerance)."""
+    Save points before ``tau0`` are not computed here (``reached = False``). With
+    ``flow.rest_stop`` the solve stops once the flow is at rest (:func:`at_rest`); the save points
+    after it count as reached and hold the rest state, with each quadrature continued exactly as
+    ``g(θ_rest)·(t − t_rest)`` (the integrand is constant at rest)."""
     solver = make_solver(solver_name, rtol, atol, batched)
     tau1 = taus[-1]
     dtmin = STALL_ULPS * jnp.finfo(tau1.dtype).eps * jnp.maximum(1.0, tau1)
@@ -302,12 +353,12 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
         t1=tau1,
         dt0=None,
         y0=y0,
-        args=(flow, fargs, rtol, atol),
+        args=FlowArgs(flow, fargs, rtol, atol),
         stepsize_controller=_controller(solver_name, rtol, atol, dtmin),
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
-        event=diffrax.Event(_steady if flow.steady else _nonfinite),
+        event=diffrax.Event(_rest_event if flow.rest_stop else _nonfinite),
     )
     (tau_s, tau_end) = sol.ts
     ys, y_end = sol.ys
@@ -318,56 +369,67 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
     )
     code = _status_of(sol.result)
     bad_end = _nonfinite_ahead(flow, fargs, tau_end[0], y_end, jnp.where(code == Status.stalled, dtmin, 0.0))
-    at_rest = (sol.result == diffrax.RESULTS.event_occurred) & ~bad_end
-    code = jnp.where(bad_end, Status.nonfinite, jnp.where(at_rest, Status.ok, code))
-    if flow.steady:  # hold the steady state at the remaining save points
-        later = at_rest & (taus >= tau0) & ~reached
-        ys = jax.tree.map(lambda s, e: _where_leading(later, e[None], s), ys, y_end)
+    at_rest_ = (sol.result == diffrax.RESULTS.event_occurred) & ~bad_end
+    code = jnp.where(bad_end, Status.nonfinite, jnp.where(at_rest_, Status.ok, code))
+    if flow.rest_stop:  # the remaining save points: the rest state, quadratures continued linearly
+        later = at_rest_ & (taus >= tau0) & ~reached
+        ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, _continue_at_rest(flow, fargs, y_end, tau_end[0], taus))
         reached = reached | later
+    detect = flow.detect_stiffness
     return SolveState(
         ys=ys,
         reached=reached,
         y_end=y_end,
-        tau_end=jnp.where(at_rest, tau1, tau_end[0]),
-        tau_steady=jnp.where(at_rest, tau_end[0], jnp.inf),
+        tau_end=jnp.where(at_rest_, tau1, tau_end[0]),
+        tau_steady=jnp.where(at_rest_, tau_end[0], jnp.inf),
         num_steps=sol.stats["num_steps"],
         code=code,
-        h_rho=_h_rho(flow, fargs, rtol, atol, tau0, tau_end[0], y_end, sol.stats["num_steps"]),
-        asym=_asym(flow, fargs, rtol, atol, tau_end[0], y_end),
+        h_rho=_h_rho(flow, fargs, tau0, tau_end[0], y_end, sol.stats["num_steps"]) if detect else _nan(tau1),
+        asym=_asym(flow, fargs, tau_end[0], y_end) if detect else _nan(tau1),
     )
 
 
-def _h_rho(flow, fargs, rtol, atol, tau0, tau_end, y_end, num_steps):
-    """``h·ρ`` of a finished solve for the ``auto`` phase policy (``NaN`` unless ``flow.steady``)."""
-    if not flow.steady:
-        return jnp.full((), jnp.nan, tau_end.dtype)
+def _nan(like):
+    return jnp.full((), jnp.nan, like.dtype)
+
+
+def _continue_at_rest(flow: Flow, fargs, y_rest, tau_rest, taus):
+    """The state at the save points ``taus`` of a flow at rest from ``tau_rest`` on: ``params``
+    held, each quadrature ``Q(t) = Q(t_rest) + g(θ_rest)·(t − t_rest)`` (shapes ``(T, ...)``)."""
+    params, quads = y_rest
+    held = jax.tree.map(lambda x: jnp.broadcast_to(x, taus.shape + x.shape), params)
+    if not quads:
+        return held, quads
+    rates = flow.rates(params, fargs)
+    dt = jnp.maximum(jnp.expm1(taus) - jnp.expm1(tau_rest), 0.0)
+    return held, {k: quads[k] + rates[k] * dt for k in quads}
+
+
+def _h_rho(flow, fargs, tau0, tau_end, y_end, num_steps):
+    """``h·ρ`` of a finished solve for the ``auto`` phase policy."""
     dtau = (tau_end - tau0) / jnp.maximum(num_steps, 1)
-    field = lambda y: _log_time_rhs(tau_end, y, (flow, fargs, rtol, atol))
+    field = lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs))
     return stiffness_ratio(field, y_end, dtau)
 
 
-def _asym(flow, fargs, rtol, atol, tau_end, y_end):
-    """Asymmetry of the parameter block of the Jacobian at ``y_end`` (``NaN`` unless ``flow.steady``)."""
-    if not flow.steady:
-        return jnp.full((), jnp.nan, tau_end.dtype)
-    return asymmetry(lambda y: _log_time_rhs(tau_end, y, (flow, fargs, rtol, atol)), y_end)
+def _asym(flow, fargs, tau_end, y_end):
+    """Asymmetry of the parameter block of the Jacobian at ``y_end``."""
+    return asymmetry(lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs)), y_end)
 
 
-def resolve_solver(solver: str, steady: bool) -> str:
-    """The concrete solver name for ``solver`` (``"auto"`` decided by whether the flow has a
-    finite minimiser: see :data:`SOLVERS`).
+def resolve_solver(solver: str) -> str:
+    """The concrete solver name for ``solver``: ``"auto"`` resolves to the phase policy
+    :data:`gradflow._engine.stiff.AUTO_STIFF` (Dopri8 with stiffness detection, for every flow).
 
     **Raises:** :class:`gradflow.GradflowValueError` for a name not in :data:`SOLVERS`."""
     from .stiff import AUTO_STIFF
 
     if not isinstance(solver, str) or solver not in SOLVERS:
         raise bad_arg("solver", solver, f"one of {list(SOLVERS)}")
-    if solver != "auto":
-        return solver
-    return AUTO_STIFF if steady else "dopri8"
+    return AUTO_STIFF if solver == "auto" else solver
 
 
-def check_settings(t1, ts, rtol, atol, max_steps, solver, steady: bool):
+def check_settings(t1, ts, rtol, atol, max_steps, solver):
     """Validate the solve settings shared by every front end.
 
     Returns ``(t1, ts, taus, rtol, atol, max_steps, name)``: ``ts`` defaults to
@@ -383,4 +445,4 @@ def check_settings(t1, ts, rtol, atol, max_steps, solver, steady: bool):
     rtol = check_positive("rtol", rtol, upper=1.0)
     atol = check_positive("atol", atol)
     max_steps = check_positive_int("max_steps", max_steps)
-    return t1, ts, log_taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver, steady)
+    return t1, ts, log_taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver)

@@ -80,7 +80,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
     out = {"t": ts, "p_mm_norm": np.linalg.norm(p_mm, axis=1)}
     with phases(["flow", "gd", "joint", "value-softmax"], progress, "max-margin") as advance:
         sol = gradflow.integrate_batch(mm.p_loss, jnp.zeros((len(datas), d)), t1=cfg["t1"], ts=ts, args=stacked,
-                                       args_batched=True, rtol=cfg["rtol"], steady=False)
+                                       args_batched=True, rtol=cfg["rtol"])
         if not np.all(np.asarray(sol.status_code) == 0):
             raise RuntimeError(f"max-margin: flow not ok: {sol.status}")
         P = np.asarray(sol.params)
@@ -108,7 +108,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
         jstack = jax.tree.map(lambda *xs: jnp.stack(xs), *jdatas)
         params0 = {"p": jnp.zeros((J, d)), "v": jnp.stack([dt.v for dt in jdatas])}
         jsol = gradflow.integrate_batch(mm.pv_loss, params0, t1=cfg["t1"], ts=ts, args=jstack, args_batched=True,
-                                        rtol=cfg["rtol"], steady=False)
+                                        rtol=cfg["rtol"])
         if not np.all(np.asarray(jsol.status_code) == 0):
             raise RuntimeError(f"max-margin: joint flow not ok: {jsol.status}")
         JP, JV = np.asarray(jsol.params["p"]), np.asarray(jsol.params["v"])
