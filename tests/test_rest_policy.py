@@ -1,0 +1,131 @@
+"""The engine policy's front door: ``rest_stop``, the deprecated ``steady``, bad input, the
+README's two-layer example (``∫ L dt`` to ``t1``, not to the stop), and the mutation table's
+originals (each mutation must find its text, or ``python -m tests.mutate`` mutates nothing)."""
+
+from __future__ import annotations
+
+import pathlib
+import warnings
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gradflow
+from tests import mutate
+from tests.test_corpus import radau_log_time
+
+QUAD = lambda p: 0.5 * (p["w"] - 1.0) ** 2
+
+
+def test_quadrature_continues_exactly_after_the_rest_stop():
+    """``(w − 1)²/2`` from ``w = 0``: ``∫ w² dt = t − 2(1 − e^{−t}) + (1 − e^{−2t})/2`` (hand
+    calculation) at ``t = 1e3, 1e4, 1e6``, all after the stop; the old engine froze it at 178.9."""
+    ts = np.array([0.0, 1e3, 1e4, 1e6])
+    sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e6, ts=ts, quadratures={"w2": lambda p: p["w"] ** 2})
+    assert sol.status == "ok" and float(sol.t_steady) < 1e3
+    exact = ts - 2 * -np.expm1(-ts) + 0.5 * -np.expm1(-2 * ts)
+    np.testing.assert_allclose(np.asarray(sol.quadratures["w2"]), exact, rtol=1e-9, atol=1e-12)
+    frozen = np.asarray(sol.quadratures["w2"])[1]
+    assert abs(frozen - exact[-1]) > 1e5  # control: a frozen value differs from the exact one at 1e6
+
+
+def test_rest_stop_false_integrates_to_t1_on_the_implicit_method():
+    """``rest_stop=False`` on a converged flow: stiffness detection still runs, so ``t1 = 1e6``
+    takes a few hundred steps, not ``max_steps`` (the old ``steady=False`` ended at t ≈ 6e4)."""
+    sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e6, ts=np.array([0.0, 1e6]), rest_stop=False)
+    assert sol.status == "ok" and np.isinf(float(sol.t_steady)) and int(sol.num_steps) < 1000
+    assert float(sol.params["w"][-1]) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_steady_is_deprecated_and_maps_onto_rest_stop():
+    with pytest.warns(DeprecationWarning, match=r"integrate\(steady=\.\.\.\) is deprecated"):
+        sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3, steady=False)
+    assert np.isinf(float(sol.t_steady)) and sol.metadata["rest_stop"] is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # control: no warning without steady
+        sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3)
+    assert np.isfinite(float(sol.t_steady)) and sol.metadata["rest_stop"] is True
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("kw, match", [
+    (dict(rest_stop="yes"), r"^rest_stop: got 'yes'; expected True"),
+    (dict(steady="no"), r"^steady: got 'no'; expected None"),
+    (dict(steady=True, rest_stop=False), r"^steady: got True; expected None when rest_stop is given"),
+])
+def test_bad_rest_settings_are_refused(kw, match):
+    with pytest.raises(gradflow.GradflowValueError, match=match):
+        gradflow.integrate(QUAD, {"w": 0.0}, t1=1.0, **kw)
+
+
+def test_readme_two_layer_example_reports_the_area_to_t1():
+    """The README's example: ``∫ L dt`` to ``t1 = 1e6`` is ``L*·t1`` plus the transient, far above
+    its value at the stop (281 in the old engine's output)."""
+    rng = np.random.RandomState(0)
+    X, Y = rng.randn(20, 5), rng.randn(20, 3)
+    loss = lambda p, data: 0.5 * jnp.mean((data[0] @ p["W1"] @ p["W2"] - data[1]) ** 2)
+    params0 = {"W1": 0.1 * rng.randn(5, 4), "W2": 0.1 * rng.randn(4, 3)}
+    sol = gradflow.integrate(loss, params0, args=(X, Y), t1=1e6, quadratures={"area": loss})
+    t_rest, L_end, area = float(sol.t_steady), float(sol.loss[-1]), float(sol.quadratures["area"][-1])
+    at_rest = np.interp(t_rest, np.asarray(sol.t), np.asarray(sol.quadratures["area"]))
+    assert sol.status == "ok" and t_rest < 1e6
+    assert area == pytest.approx(at_rest + L_end * (1e6 - t_rest), rel=1e-9)
+    assert area > 1e3 * at_rest / 1e3 and area > 0.9 * L_end * 1e6
+
+
+def test_every_mutation_finds_its_original_text():
+    root = pathlib.Path(mutate.__file__).resolve().parents[1]
+    muts = [m for name in dir(mutate) if name.isupper() for m in (getattr(mutate, name) if isinstance(
+        getattr(mutate, name), (list, tuple)) else ()) if isinstance(m, mutate.Mutation)]
+    assert len(muts) > 50
+    missing = [m.name for m in muts if m.old not in (root / m.file).read_text()]
+    assert not missing, missing
+
+
+# ------------------------------------------------------------------ property-based fuzzer
+def _random_loss(p, c):
+    """A random small loss: a convex quadratic part, a logistic part (which may have no finite
+    minimiser) and a quartic coupling, all weighted by the drawn coefficients ``c``."""
+    w = p["w"]
+    quad = 0.5 * c["q"] * jnp.sum((c["A"] @ w - c["y"]) ** 2)
+    logi = c["l"] * jnp.sum(jnp.logaddexp(0.0, -(c["B"] @ w)))
+    return quad + logi + 0.25 * c["r"] * jnp.sum(w ** 4)
+
+
+def _draw(seed, q, l, r):
+    rng = np.random.RandomState(seed)
+    return dict(A=rng.randn(2, 2), y=rng.randn(2), B=rng.randn(3, 2), q=np.float64(q), l=np.float64(l),
+                r=np.float64(r)), {"w": rng.randn(2)}
+
+
+def _fuzz(seed, q, l, r):
+    c, p0 = _draw(seed, q, l, r)
+    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e12, 9)])
+    sol = gradflow.integrate(_random_loss, p0, args=c, t1=1e12, ts=ts)
+    assert sol.status == "ok"
+    ref = radau_log_time(_random_loss, p0, ts, args=c)
+    got = np.asarray(sol.params["w"])
+    scale = np.maximum(np.abs(ref).max(axis=1, keepdims=True), 1e-3)
+    err = float(np.max(np.abs(got - ref) / scale))
+    assert err < 1e-6, (seed, q, l, r, err, float(sol.t_steady))
+
+
+_coef = st.sampled_from([0.0, 1e-3, 1.0, 10.0])
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10_000), q=_coef, l=_coef, r=_coef)
+def test_fuzz_integrate_matches_scipy_radau_to_1e12(seed, q, l, r):
+    """Random small losses and starts, defaults, against SciPy Radau in log time to ``t = 1e12``
+    (the losses share one function, so one compilation serves every example)."""
+    _fuzz(seed, q, l, r)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), q=_coef, l=_coef, r=_coef)
+def test_fuzz_integrate_matches_scipy_radau_to_1e12_many(seed, q, l, r):
+    _fuzz(seed, q, l, r)
