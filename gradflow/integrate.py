@@ -396,7 +396,7 @@ def integrate(
     - ``quadratures``: ``{name: g}``, each ``g(params)`` returning a float scalar; ``∫₀ᵗ g dt``
       is integrated as ODE state (same tolerances) into ``sol.quadratures[name]``.
     - ``rest_stop``: ``True`` (default): stop once the flow is at rest, i.e. once the movement
-      left to it up to ``t1``, bounded through its local linearisation in log time, is below 1% of
+      left to it, bounded through its local linearisation in log time, is below 1% of
       the tolerance (:func:`gradflow._engine.solve.at_rest`; the argument, and where it could
       still be fooled, in the docs' solver guide). It cannot fire while the flow moves in log
       time (a logistic loss whose margin grows like ``log t``, max-margin token selection) nor

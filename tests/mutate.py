@@ -212,7 +212,7 @@ ENGINE_MUTATIONS = (
              "log-time field scaled by t instead of 1 + t", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
     Mutation("rest_fraction_looser", "gradflow/_engine/solve.py",
              "REST_FRACTION = 1e-2\n", "REST_FRACTION = 1e4\n",
-             "rest stop 1e6x looser (stops with movement left)", "tests/test_reference_cases.py::test_rest_stop_constant_is_the_documented_one"),
+             "rest stop 1e6x looser (stops with movement left)", "tests/test_corpus.py::test_corpus_flow_matches_its_reference_under_defaults"),
     Mutation("rest_ignores_contraction", "gradflow/_engine/solve.py",
              "return (fmax == 0) | ((kappa > 0) & (speed < REST_FRACTION * kappa))",
              "return (fmax == 0) | (speed * jnp.exp(-tau) < REST_FRACTION * 1e8)",
