@@ -13,7 +13,7 @@ import numpy as np
 import optax
 from jaxtyping import ArrayLike, Real
 
-from ._engine.solve import Status
+from ._status import Status
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int, check_time_resolution
 from .integrate import prepare_user

@@ -18,6 +18,8 @@ from importlib import metadata
 
 import numpy as np
 
+from ._status import STATUS
+
 __all__ = ["trajectory_to_xarray", "provenance"]
 
 LONG_NAMES = {
@@ -63,8 +65,6 @@ def _param_dims(name: str, ndim: int) -> tuple[str, ...]:
 def trajectory_to_xarray(traj):
     """An ``xarray.Dataset`` of ``traj`` (see :meth:`gradflow.Trajectory.to_xarray`)."""
     import xarray as xr
-
-    from .trajectory import STATUS
 
     lead = ("run",) if traj.batched else ()
     nb = len(lead)

@@ -12,23 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
-from ._engine.solve import Status
+from ._status import STATUS, Status
 from ._errors import bad_arg
 from .io import atomic_write, load_npz
 from .losses import AbstractLoss
 from .models import AbstractModel
 
 __all__ = ["Solution", "Trajectory", "STATUS", "compute_metrics", "winners"]
-
-STATUS = tuple(status.name for status in Status)  # ("ok", "max_steps", "stalled", "nonfinite", "solver_failed")
-"""Status names by code: ``0`` ok; ``1`` the step budget (``max_steps``) ran out; ``2`` stalled:
-the log-time step collapsed below ``STALL_ULPS·eps·max(1, τ1)`` (≈ 6e-12 at ``t1 = 1e12``) with a
-finite field around — a blow-up, kink or singularity ahead; ``3`` non-finite: the field at the
-reached state, or within a few minimal steps ahead of a stall, is NaN/inf (the solve stops at
-once; for GD: the iterate diverged); ``4`` another solver failure (e.g. the implicit solver's
-Newton iteration). In every case ``t_end`` is where the run stopped, the state there is finite,
-and later save points hold it with ``valid = False``."""
-
 
 class _Run(eqx.Module):
     """What a :class:`Trajectory` and a :class:`Solution` share: per-run status, metadata and

@@ -1,15 +1,18 @@
-"""Rosenbrock solvers for diffrax, for the stiff phase of ``solver="auto"``:
+"""Rosenbrock solvers for diffrax, for the stiff phase of ``solver="auto"``: one class,
+:class:`Rosenbrock`, driven by a :class:`Tableau` (the method's coefficients) and a linear-solve
+strategy (how ``W⁻¹ r`` is applied, ``W = I/(hγ) − J``). The named solvers:
 
-- :class:`EigenW` (``solver="ros34pw2-eigh"``): ROS34PW2 whose ``(I/(hγ) − J)⁻¹`` is two
-  products with the eigenvectors of the Hessian, from one ``jnp.linalg.eigh`` per solve, for any step size and any time;
-- :class:`EigenRodas4` (``solver="rodas4-eigh"``, the implicit phase of ``auto`` for gradient
+- :func:`EigenW` (``solver="ros34pw2-eigh"``): ROS34PW2 whose ``W⁻¹`` is two products with the
+  eigenvectors of the Hessian, from one ``jnp.linalg.eigh`` per solve (:class:`Eigen`), for any
+  step size and any time;
+- :func:`EigenRodas4` (``solver="rodas4-eigh"``, the implicit phase of ``auto`` for gradient
   flows): RODAS4 with the exact Jacobian through refined solves preconditioned by the same
-  eigendecomposition (order 4, no factorisation per step);
-- :class:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto`` for other fields and
-  small states): order 4, a fresh Jacobian and LU factorisation every step;
-- :class:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
-  Jacobian and ``(I/(hγ) − J)⁻¹`` over many steps, with the step-size hold of :class:`HoldStep`
-  (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).
+  eigendecomposition (:class:`EigenRefined`; order 4, no factorisation per step);
+- :func:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto`` for other fields and
+  small states): order 4, a fresh Jacobian and LU factorisation every step (:class:`DenseLU`);
+- :func:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
+  Jacobian and ``W⁻¹`` over many steps (:class:`HeldInverse`), with the step-size hold of
+  :class:`HoldStep` (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).
 
 Why not diffrax's own implicit solvers: diffrax 0.7.2 has no Rosenbrock method, and its
 implicit Runge–Kutta methods (``Kvaerno5`` etc.) solve every stage with an ``optimistix`` root
@@ -23,26 +26,61 @@ Jacobian (``jax.jacfwd``, one batched Jacobian–vector product), one LU factori
 The method is Hairer & Wanner's RODAS4 (*Solving Ordinary Differential Equations II*, 2nd ed.,
 Springer 1996, Sec. IV.7, the ``RODAS`` code; coefficients as in OrdinaryDiffEq.jl's
 ``Rodas4Tableau``), in the form (``W = I/(hγ) − J``, ``J = ∂f/∂y`` and ``f_t = ∂f/∂t`` at
-the step start)::
+the step start; Sec. IV.7, Eq. 7.25, the form of every :class:`Tableau`)::
 
     u_i = y0 + Σ_{j<i} a_ij k_j,   W k_i = f(t0 + c_i h, u_i) + h d_i f_t + Σ_{j<i} (C_ij / h) k_j,
-    y1 = u_6 + k_6 (= y0 + Σ_{j<6} a_6j k_j + k_6),   error estimate k_6.
+    y1 = y0 + Σ_j m_j k_j,   error estimate Σ_j e_j k_j
+    (RODAS4: m_j = a_6j for j < 6 and m_6 = 1, so y1 = u_6 + k_6; error estimate k_6).
 
-Dense output (both): cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
+Dense output (every method): cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import ClassVar
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "HoldStep", "HOLD_MAX", "MAX_AGE", "REFINE"]
+__all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
+           "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "HoldStep", "HOLD_MAX", "MAX_AGE", "REFINE"]
+
+# --- the methods' coefficients ----------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Tableau:
+    """A Rosenbrock method in the form of this module's docstring (Hairer & Wanner 1996,
+    Sec. IV.7, Eq. 7.25), ``s`` stages; tuples, so that a solver holding it is hashable.
+
+    ``gamma`` the diagonal ``γ`` (``W = I/(hγ) − J``); ``a`` ``(s, s)`` strictly lower, the stage
+    arguments ``y0 + Σ a_ij k_j``; ``C`` ``(s, s)`` strictly lower, ``Σ (C_ij / h) k_j`` on the
+    right; ``c`` ``(s,)`` stage times; ``d`` ``(s,)``, ``h d_i ∂f/∂t`` on the right; ``m`` ``(s,)``
+    the solution ``y1 = y0 + Σ m_j k_j``; ``e`` ``(s,)`` the error estimate ``Σ e_j k_j``;
+    ``order`` and ``error_order`` (the embedded method's order + 1, as diffrax counts it)."""
+
+    name: str
+    gamma: float
+    a: tuple
+    C: tuple
+    c: tuple
+    d: tuple
+    m: tuple
+    e: tuple
+    order: int
+    error_order: int
+
+    @classmethod
+    def of(cls, name, gamma, a, C, c, d, m, e, order, error_order):
+        rows = lambda x: tuple(tuple(float(v) for v in row) for row in np.asarray(x))
+        vec = lambda x: tuple(float(v) for v in np.asarray(x))
+        return cls(name, float(gamma), rows(a), rows(C), vec(c), vec(d), vec(m), vec(e), order, error_order)
+
 
 _GAMMA = 0.25
 _A = np.array([
@@ -64,65 +102,17 @@ _C = np.array([
 _CT = (0.0, 0.386, 0.21, 0.63, 1.0, 1.0)
 _D = (0.25, -0.1043, 0.1035, -0.0362, 0.0, 0.0)
 
-
-class Rodas4(diffrax.AbstractAdaptiveSolver):
-    """RODAS4 (Hairer & Wanner 1996, Sec. IV.7) for ODEs ``dy/dt = f(t, y)`` on any pytree of
-    float arrays: one Jacobian and one LU factorisation per step, L-stable, stiffly accurate.
-
-    Use with a :class:`diffrax.PIDController` (``order = 4``; the error estimate is the last
-    stage increment)."""
-
-    term_structure: ClassVar = diffrax.AbstractTerm
-    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
-
-    def order(self, terms):
-        return 4
-
-    def error_order(self, terms):
-        return 4
-
-    def init(self, terms, t0, t1, y0, args):
-        return None
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        del solver_state, made_jump
-        flat0, unravel = ravel_pytree(y0)
-        h = t1 - t0
-
-        def f(t, x):
-            return ravel_pytree(terms.vf(t, unravel(x), args))[0]
-
-        f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
-        jac = jax.jacfwd(lambda x: f(t0, x))(flat0)
-        W = jnp.eye(flat0.size, dtype=flat0.dtype) / (h * _GAMMA) - jac
-        lu = jsl.lu_factor(W)
-        y1, err, dense_info = _rodas4_stages(f, t0, t1, y0, flat0, unravel, f0, ft, lambda r: jsl.lu_solve(lu, r))
-        return y1, err, dense_info, None, diffrax.RESULTS.successful
-
-    def func(self, terms, t0, y0, args):
-        return terms.vf(t0, y0, args)
-
-
-def _rodas4_stages(f, t0, t1, y0, flat0, unravel, f0, ft, solve):
-    """The six stages of RODAS4 in the form of :class:`Rodas4`'s docstring, with ``solve(r)``
-    standing for ``W⁻¹ r``. Returns ``(y1, error estimate, dense_info)`` as pytrees like ``y0``."""
-    h = t1 - t0
-    ks = []
-    for i in range(6):
-        if i == 0:
-            fi = f0
-        else:
-            u = flat0 + sum(_A[i, j] * ks[j] for j in range(i) if _A[i, j] != 0.0)
-            fi = f(t0 + _CT[i] * h, u)
-        rhs = fi + (h * _D[i]) * ft if _D[i] != 0.0 else fi
-        if i > 0:
-            rhs = rhs + sum(_C[i, j] * ks[j] for j in range(i)) / h
-        ks.append(solve(rhs))
-    flat1 = flat0 + sum(_A[5, j] * ks[j] for j in range(5)) + ks[5]
-    f1 = f(t1, flat1)
-    y1 = unravel(flat1)
-    return y1, unravel(ks[5]), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
-
+RODAS4 = Tableau.of(
+    "rodas4", _GAMMA,
+    a=np.pad(_A, ((0, 0), (0, 1))),  # six stages: u_i for i = 1..6 (u_1 = y0)
+    C=np.pad(_C, ((0, 0), (0, 1))),
+    c=_CT, d=_D,
+    m=np.append(_A[5], 1.0),  # y1 = u_6 + k_6
+    e=np.eye(6)[5],  # error estimate k_6
+    order=4, error_order=4,
+)
+"""RODAS4 (Hairer & Wanner 1996, Sec. IV.7; coefficients as in OrdinaryDiffEq.jl's
+``Rodas4Tableau``): six stages, order 4, embedded order 3, L-stable, stiffly accurate."""
 
 # ROS34PW2 (J. Rang, L. Angermann, "New Rosenbrock W-methods of order 3 for partial
 # differential algebraic equations of index 1", BIT 45 (2005) 761–787), in its published form
@@ -150,43 +140,69 @@ def _clean(x):
     return np.where(np.abs(x) < 1e-14, 0.0, x)  # exact zeros where the transformation leaves round-off
 
 
-_W_A = _clean(np.tril(_W_ALPHA @ _W_GINV, -1))                          # stage arguments y0 + Σ a_ij U_j
-_W_C = _clean(np.tril(np.diag(1 / np.diag(_W_GAMMAS)) - _W_GINV, -1))   # Σ (C_ij / h) U_j on the right
-_W_M = _clean(_W_B @ _W_GINV)                                           # y1 = y0 + Σ m_j U_j
-_W_E = _clean((_W_B - _W_BHAT) @ _W_GINV)                               # error estimate Σ e_j U_j (3 − 2)
-_W_CT = _clean(_W_ALPHA.sum(axis=1))                                    # stage times c_i
-_W_D = _clean(_W_GAMMAS.sum(axis=1))                                    # h d_i ∂f/∂t on the right
+ROS34PW2 = Tableau.of(
+    "ros34pw2", _W_GAMMA,
+    a=_clean(np.tril(_W_ALPHA @ _W_GINV, -1)),                          # stage arguments y0 + Σ a_ij U_j
+    C=_clean(np.tril(np.diag(1 / np.diag(_W_GAMMAS)) - _W_GINV, -1)),   # Σ (C_ij / h) U_j on the right
+    c=_clean(_W_ALPHA.sum(axis=1)),                                     # stage times c_i
+    d=_clean(_W_GAMMAS.sum(axis=1)),                                    # h d_i ∂f/∂t on the right
+    m=_clean(_W_B @ _W_GINV),                                           # y1 = y0 + Σ m_j U_j
+    e=_clean((_W_B - _W_BHAT) @ _W_GINV),                               # error estimate Σ e_j U_j (3 − 2)
+    order=3, error_order=3,
+)
+"""ROS34PW2 (Rang & Angermann 2005): four stages, order 3 (embedded order 2), L-stable and
+stiffly accurate, a W-method (its order conditions hold for any matrix in place of ``J``)."""
 
 
-def _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft, solve):
-    """The four stages of ROS34PW2 in the form of :class:`Ros34pw2`'s docstring, with ``solve(r)``
-    standing for ``W⁻¹ r`` (a stored inverse or :func:`eigen_solve`). Returns ``(y1, error
-    estimate, dense_info)`` as pytrees like ``y0``."""
+def _combine(coeffs, ks, start=None):
+    """``start + Σ_j coeffs[j]·ks[j]`` over the nonzero coefficients (``start`` may be ``None``)."""
+    terms = [k if c == 1.0 else c * k for c, k in zip(coeffs, ks) if c != 0.0]
+    total = sum(terms[1:], terms[0]) if terms else None
+    if start is None:
+        return total if total is not None else jnp.zeros_like(ks[0])
+    return start if total is None else start + total
+
+
+def _stages(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
+    """The stages of the method ``tab`` in the form of the module docstring, with ``solve(r)``
+    standing for ``W⁻¹ r``. Returns ``(y1, error estimate, dense_info)`` as pytrees like ``y0``."""
     h = t1 - t0
-    us = []
-    for i in range(4):
-        if i == 0:
-            fi = f0
-        else:
-            u = flat0 + sum(_W_A[i, j] * us[j] for j in range(i) if _W_A[i, j] != 0.0)
-            fi = f(t0 + _W_CT[i] * h, u)
-        rhs = fi + (h * _W_D[i]) * ft if _W_D[i] != 0.0 else fi
-        if i > 0:
-            rhs = rhs + sum(_W_C[i, j] * us[j] for j in range(i) if _W_C[i, j] != 0.0) / h
-        us.append(solve(rhs))
-    flat1 = flat0 + sum(_W_M[j] * us[j] for j in range(4))
-    err = sum(_W_E[j] * us[j] for j in range(4))
+    ks = []
+    for i in range(len(tab.c)):
+        fi = f0 if i == 0 else f(t0 + tab.c[i] * h, _combine(tab.a[i][:i], ks, flat0))
+        rhs = fi + (h * tab.d[i]) * ft if tab.d[i] != 0.0 else fi
+        if i > 0 and any(tab.C[i][:i]):
+            rhs = rhs + _combine(tab.C[i][:i], ks) / h
+        ks.append(solve(rhs))
+    flat1 = _combine(tab.m, ks, flat0)
     f1 = f(t1, flat1)
     y1 = unravel(flat1)
-    return y1, unravel(err), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+    return y1, unravel(_combine(tab.e, ks)), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+
+
+# --- how W⁻¹ r is applied -------------------------------------------------------------------------
+
+class DenseLU(eqx.Module):
+    """A fresh Jacobian (``jax.jacfwd``) and LU factorisation of ``W = I/(hγ) − J`` every step.
+    No solver state."""
+
+    def init(self, f, t0, t1, flat0, n_p):
+        return None
+
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        jac = jax.jacfwd(lambda x: f(t0, x))(flat0)
+        W = jnp.eye(flat0.size, dtype=flat0.dtype) / (h * gamma) - jac
+        lu = jsl.lu_factor(W)
+        return (lambda r: jsl.lu_solve(lu, r)), None
+
 
 HOLD_MAX = 1.2
 """:class:`HoldStep` keeps the step size when the controller proposes to grow it by a factor in
-``[1, HOLD_MAX]`` (as Hairer & Wanner's RADAU5 does), so that :class:`Ros34pw2` reuses ``W⁻¹``."""
+``[1, HOLD_MAX]`` (as Hairer & Wanner's RADAU5 does), so that :func:`Ros34pw2` reuses ``W⁻¹``."""
 
 MAX_AGE = 32
-""":class:`Ros34pw2` recomputes its Jacobian at the latest after this many accepted steps on one
-``W⁻¹`` (the method stays of order 3 with any Jacobian; a stale one costs accuracy per step
+""":class:`HeldInverse` recomputes its Jacobian at the latest after this many accepted steps on one
+``W⁻¹`` (a W-method stays of order 3 with any Jacobian; a stale one costs accuracy per step
 on flows whose Jacobian drifts, e.g. by the factor ``e^τ`` of log time)."""
 
 _SAME_H = 1e-9
@@ -195,77 +211,229 @@ tolerance (the controller's held step, up to the rounding of ``t0 + h``). Reusin
 changed step size is allowed for a W-method but measured worse (more steps and rejections)."""
 
 
-class Ros34pw2(diffrax.AbstractAdaptiveSolver):
-    """ROS34PW2 (Rang & Angermann 2005): a 4-stage Rosenbrock–W method of order 3 (embedded
-    order 2), L-stable and stiffly accurate, whose order conditions hold for *any* matrix in
-    place of the Jacobian ``J = ∂f/∂y`` (a W-method). So one Jacobian (``jax.jacfwd``) and one
-    inverse of ``W = I/(hγ) − J`` serve many steps: they are reused while the step size is
-    unchanged (:class:`HoldStep` holds it) for at most :data:`MAX_AGE` steps, and recomputed at
-    the step start whenever the step size changes (a rejected step always changes it). A reused
-    step costs four field evaluations, four products with ``W⁻¹`` and one field evaluation for
-    the dense output (cubic Hermite); a fresh one adds ``jacfwd`` and the inverse. (The explicit
-    inverse: with hundreds of states a dense product is several times cheaper than the two
-    triangular solves of an LU factorisation on CPU, and a W-method needs no more than some
-    fixed linear map ``W⁻¹`` per step: its rounding only perturbs the matrix standing for ``J``.)
-
-    Against :class:`Rodas4` (order 4, a fresh Jacobian and factorisation every step, its order
-    lost with an inexact Jacobian): about 3× the steps at ``rtol = 1e-8`` and a fraction of the
-    cost per step (``benchmarks/STIFF_d20.md``).
-
-    Form (Hairer & Wanner 1996, Sec. IV.7, Eq. 7.25; ``f_t = ∂f/∂t`` at the step start, fresh
-    every step; with the augmented autonomous system ``(y, t)`` this is the W-method with the
-    matrix ``[[J_old, f_t], [0, 0]]``)::
-
-        W U_i = f(t0 + c_i h, y0 + Σ_{j<i} a_ij U_j) + h d_i f_t + Σ_{j<i} (C_ij / h) U_j,
-        y1 = y0 + Σ m_j U_j,   error estimate Σ e_j U_j.
+class HeldInverse(eqx.Module):
+    """One Jacobian (``jax.jacfwd``) and one explicit inverse of ``W = I/(hγ) − J`` serve many steps
+    of a W-method: they are reused while the step size is unchanged (:class:`HoldStep` holds it)
+    for at most :data:`MAX_AGE` steps, and recomputed at the step start whenever the step size
+    changes (a rejected step always changes it). (The explicit inverse: with hundreds of states a
+    dense product is several times cheaper than the two triangular solves of an LU factorisation
+    on CPU, and a W-method needs no more than some fixed linear map ``W⁻¹`` per step: its rounding
+    only perturbs the matrix standing for ``J``.)
 
     Solver state: ``(W⁻¹, h_W, age)`` of the matrix in use (``h_W = NaN``: none yet). Under
     ``vmap`` with a per-lane decision both branches are computed (``lax.cond`` becomes a select):
     batched lanes then pay a Jacobian and an inverse every step."""
 
+    def init(self, f, t0, t1, flat0, n_p):
+        t_dtype = jnp.result_type(t0, t1)
+        return jnp.zeros((flat0.size, flat0.size), flat0.dtype), jnp.full((), jnp.nan, t_dtype), jnp.zeros((), jnp.int32)
+
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        inv_w, h_w, age = state
+        reuse = (age < MAX_AGE) & (jnp.abs(h - h_w) <= _SAME_H * jnp.abs(h))
+
+        def refresh(_):
+            jac = jax.jacfwd(lambda x: f(t0, x))(flat0)
+            return jnp.linalg.inv(jnp.eye(flat0.size, dtype=flat0.dtype) / (h * gamma) - jac)
+
+        inv_w = jax.lax.cond(reuse, lambda _: inv_w, refresh, None)
+        new_state = (inv_w, jnp.where(reuse, h_w, h), jnp.where(reuse, age + 1, 0).astype(jnp.int32))
+        return (lambda r: inv_w @ r), new_state
+
+
+EIGEN_ROUND = 128
+""":func:`EigenW` computes its Jacobian once per solve (in ``init``); ``solver="auto"`` runs it in
+rounds of at most this many steps, so the Jacobian is recomputed at least this often."""
+
+SYMMETRY_TOL = 1e-8
+"""The parameter block ``P`` of the Jacobian counts as symmetric when
+``‖P − Pᵀ‖_F ≤ SYMMETRY_TOL·‖P‖_F`` (a gradient field computed in float64: ~1e-15)."""
+
+
+def _split(y0):
+    """Flat size of the parameter block: ``y0 = (params, quadratures)``, else the whole state."""
+    if isinstance(y0, tuple) and len(y0) == 2:
+        return ravel_pytree(y0[0])[0].size
+    return ravel_pytree(y0)[0].size
+
+
+def eigen_jacobian(f, t0, flat0, n_p, time_factor=jnp.exp):
+    """``(Q, μ, R, asym)`` for :class:`Eigen`: ``G = ∂f(t0, ·)/∂y / c(t0)`` at ``flat0``
+    (``jax.jacfwd``), ``Q diag(μ) Qᵀ`` the eigendecomposition (``jnp.linalg.eigh``) of the
+    symmetric part of its parameter block ``P = G[:n_p, :n_p]``, ``R = G[n_p:, :n_p]`` the
+    quadrature rows, ``asym = ‖P − Pᵀ‖_F / ‖P‖_F``."""
+    G = jax.jacfwd(lambda x: f(t0, x))(flat0) / time_factor(t0)
+    P = G[:n_p, :n_p]
+    asym = jnp.linalg.norm(P - P.T) / jnp.maximum(jnp.linalg.norm(P), jnp.finfo(P.dtype).tiny)
+    mu, Q = jnp.linalg.eigh(0.5 * (P + P.T))
+    return Q, mu, G[n_p:, :n_p], asym
+
+
+def eigen_solve(Q, QT, mu, R, c0, hg, r, n_p):
+    """``x = W⁻¹ r`` with ``W = I/hg − c0·[[Q diag(μ) Qᵀ, 0], [R, 0]]`` (block lower triangular):
+    ``x_p = Q diag(1/(1/hg − c0 μ)) Qᵀ r_p``, ``x_q = hg (r_q + c0 R x_p)``."""
+    xp = Q @ ((QT @ r[:n_p]) / (1.0 / hg - c0 * mu))
+    return jnp.concatenate([xp, hg * (r[n_p:] + c0 * (R @ xp))])
+
+
+class Eigen(eqx.Module):
+    """``W⁻¹`` from one symmetric eigendecomposition per solve, for fields ``F(τ, y) = c(τ)·f(y)``
+    (``c = time_factor``; ``exp`` for the engine's log time ``τ = log(1 + t)``, where
+    ``c = 1 + t = dt/dτ``) whose Jacobian block over the parameters is symmetric (a gradient flow,
+    ``∂f/∂params = −∇²L``), and whose other states (quadratures, ``y = (params, quadratures)``)
+    are not read by the field, so that the Jacobian ``[[P, 0], [R, 0]]`` is block lower triangular.
+
+    In ``init`` (once per solve): ``G = ∂f/∂y`` (``jax.jacfwd``), ``P = Q diag(μ) Qᵀ``
+    (``jnp.linalg.eigh``) — :func:`eigen_jacobian`. At every stage of every step the matrix
+    standing for ``∂F/∂y`` is ``c(τ0)·G`` at the step start ``τ0`` (the time factor exact, ``G``
+    as of the solve's start) and ``W⁻¹ r`` is two products with ``Q`` (:func:`eigen_solve`), for
+    *any* step size. A non-symmetric ``P`` (``asym`` beyond :data:`SYMMETRY_TOL`) is replaced by its
+    symmetric part (still a W-method, with worse stability); ``solver="auto"`` sends such fields
+    to :func:`Rodas4` instead (:func:`gradflow._engine.stiff.asymmetry`).
+
+    Solver state ``(Q, Qᵀ, μ, R, asym)``, constant over the solve (so diffrax's per-step state
+    select is free)."""
+
+    time_factor: object = jnp.exp
+
+    def init(self, f, t0, t1, flat0, n_p):
+        Q, mu, R, asym = eigen_jacobian(f, t0, flat0, n_p, self.time_factor)
+        return Q, Q.T, mu, R, asym
+
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        Q, QT, mu, R, _ = state
+        c0, hg = self.time_factor(t0), h * gamma
+        return (lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)), state
+
+
+REFINE = 3
+""":class:`EigenRefined`: refinement sweeps per stage (:func:`refined_solve`). Each sweep multiplies
+the error of the matrix standing for the Jacobian by ``O(h)``, and Rodas4 with a Jacobian off by
+``O(h^k)`` is of order ``min(4, k + 1)``: three sweeps keep its order 4 with an out-of-date
+eigendecomposition (``tests/test_stiff.py``)."""
+
+EIGEN_RODAS4_ROUND = 64
+""":func:`EigenRodas4`'s round length under ``solver="auto"`` (one eigendecomposition per round):
+the sweeps converge at the rate ``‖W_old⁻¹ (J − J_old)‖``, so a fresher preconditioner keeps
+the refined solves closer to exact. Measured at ``d = 20`` (three sweeps): κ = 20 / 50 take
+207 / 320 steps with 64 steps per round, 234 / 327 with 128."""
+
+
+def refined_solve(jvp, precond, hg, r, iterations):
+    """``x ≈ (I/hg − J)⁻¹ r`` for the exact ``J`` (``jvp(v) = J v``) by ``iterations`` sweeps of
+    Richardson iteration preconditioned by ``precond(r) ≈ (I/hg − J_old)⁻¹ r``, from
+    ``x = precond(r)``: ``x ← x + precond(r − x/hg + J x)``. The error contracts per sweep by the
+    factor ``‖precond·(J − J_old)‖`` (for a stale Hessian of a gradient flow in log time at most
+    about ``‖∇²L − ∇²L_old‖ / λ_min`` in the stiff modes, ``hg·c·‖∇²L − ∇²L_old‖`` in the others).
+
+    **Arguments:** ``jvp`` and ``precond`` linear maps of flat vectors; ``hg`` the step size times
+    the method's ``γ``; ``r`` ``(n,)``; ``iterations`` a Python int ≥ 0.
+    **Returns:** ``(n,)``, the same dtype as ``r``."""
+    x = precond(r)
+    for _ in range(iterations):
+        x = x + precond(r - x / hg + jvp(x))
+    return x
+
+
+class EigenRefined(Eigen):
+    """The exact Jacobian at the step start (a linearisation of the field: Jacobian–vector
+    products), applied by :func:`refined_solve` with ``iterations`` sweeps preconditioned by
+    :class:`Eigen`'s ``W⁻¹`` (the eigendecomposition from ``init``, once per solve, with the time
+    factor ``c(τ0)`` of the step). A method that needs the exact Jacobian (RODAS4: order 1 with the
+    stale matrix alone) keeps its order with :data:`REFINE` sweeps (``tests/test_stiff.py``).
+    Solver state as :class:`Eigen`'s."""
+
+    iterations: int = REFINE
+
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        precond, state = super().prepare(f, t0, h, gamma, flat0, n_p, state)
+        _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
+        hg = h * gamma
+        return (lambda r: refined_solve(jvp, precond, hg, r, self.iterations)), state
+
+
+# --- the solver -----------------------------------------------------------------------------------
+
+class Rosenbrock(diffrax.AbstractAdaptiveSolver):
+    """A Rosenbrock method (:class:`Tableau`) for ODEs ``dy/dt = f(t, y)`` on any pytree of float
+    arrays, with ``W⁻¹ r`` applied by ``linear`` (:class:`DenseLU`, :class:`HeldInverse`,
+    :class:`Eigen` or :class:`EigenRefined`). No Newton iteration, so no convergence failure. Use
+    with a :class:`diffrax.PIDController` (the error estimate is the tableau's ``e``); dense output
+    by cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
+
+    Cost per step: the tableau's stages (one field evaluation and one ``solve`` each, the first
+    stage's field evaluation shared with ``∂f/∂t``), one field evaluation for the dense output,
+    and what ``linear`` adds (a Jacobian and a factorisation for :class:`DenseLU`; two products
+    with ``Q`` per solve for :class:`Eigen`; ``iterations`` Jacobian–vector products more per
+    solve for :class:`EigenRefined`)."""
+
+    tableau: Tableau = eqx.field(static=True)
+    linear: eqx.Module
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
 
     def order(self, terms):
-        return 3
+        return self.tableau.order
 
     def error_order(self, terms):
-        return 3
+        return self.tableau.error_order
 
     def init(self, terms, t0, t1, y0, args):
-        flat, _ = ravel_pytree(y0)
-        t_dtype = jnp.result_type(t0, t1)
-        return jnp.zeros((flat.size, flat.size), flat.dtype), jnp.full((), jnp.nan, t_dtype), jnp.zeros((), jnp.int32)
+        flat0, unravel = ravel_pytree(y0)
+        f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
+        return self.linear.init(f, t0, t1, flat0, _split(y0))
 
     def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
         del made_jump
-        inv_w, h_w, age = solver_state
         flat0, unravel = ravel_pytree(y0)
-        h = t1 - t0
 
         def f(t, x):
             return ravel_pytree(terms.vf(t, unravel(x), args))[0]
 
         f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
-        reuse = (age < MAX_AGE) & (jnp.abs(h - h_w) <= _SAME_H * jnp.abs(h))
-
-        def refresh(_):
-            jac = jax.jacfwd(lambda x: f(t0, x))(flat0)
-            return jnp.linalg.inv(jnp.eye(flat0.size, dtype=flat0.dtype) / (h * _W_GAMMA) - jac)
-
-        inv_w = jax.lax.cond(reuse, lambda _: inv_w, refresh, None)
-        y1, err, dense_info = _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft, lambda rhs: inv_w @ rhs)
-        state = (inv_w, jnp.where(reuse, h_w, h), jnp.where(reuse, age + 1, 0).astype(jnp.int32))
+        solve, state = self.linear.prepare(f, t0, t1 - t0, self.tableau.gamma, flat0, _split(y0), solver_state)
+        y1, err, dense_info = _stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
         return y1, err, dense_info, state, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
 
 
+def Rodas4() -> Rosenbrock:
+    """RODAS4 with a fresh Jacobian and LU factorisation every step (``solver="rodas4"``): order 4,
+    L-stable, stiffly accurate."""
+    return Rosenbrock(RODAS4, DenseLU())
+
+
+def Ros34pw2() -> Rosenbrock:
+    """ROS34PW2 reusing its Jacobian and ``W⁻¹`` while the step size is held (``solver="ros34pw2"``,
+    with :class:`HoldStep`). Against :func:`Rodas4`: about 3× the steps at ``rtol = 1e-8`` and a
+    fraction of the cost per step (``benchmarks/STIFF_d20.md``)."""
+    return Rosenbrock(ROS34PW2, HeldInverse())
+
+
+def EigenW(time_factor=jnp.exp) -> Rosenbrock:
+    """ROS34PW2 with ``W⁻¹`` from one symmetric eigendecomposition per solve
+    (``solver="ros34pw2-eigh"``, :class:`Eigen`): a W-method keeps its order 3 with any matrix in
+    place of the Jacobian (Rang & Angermann 2005); how far the Hessian may drift before steps are
+    lost to stability is set by the caller's solve length (``auto``: rounds of
+    :data:`EIGEN_ROUND` steps)."""
+    return Rosenbrock(ROS34PW2, Eigen(time_factor))
+
+
+def EigenRodas4(iterations: int = REFINE, time_factor=jnp.exp) -> Rosenbrock:
+    """RODAS4 with the exact Jacobian through :func:`refined_solve` preconditioned by one symmetric
+    eigendecomposition per solve (``solver="rodas4-eigh"``, :class:`EigenRefined`; the implicit
+    phase of ``auto`` for gradient flows). Against :func:`EigenW`: about half the steps at
+    ``rtol = 1e-8`` (``benchmarks/STIFF_d20.md``: κ = 20 / 50, 207 / 320 steps against 484 / 742)
+    and the errors of :func:`Rodas4`, at about three times the cost per step."""
+    return Rosenbrock(RODAS4, EigenRefined(time_factor, iterations))
+
+
 class HoldStep(diffrax.AbstractAdaptiveStepSizeController):
     """A :class:`diffrax.PIDController` that keeps the current step size when it would grow it
     by a factor in ``[1, HOLD_MAX]`` (Hairer & Wanner 1996, Sec. IV.8, the step size strategy of
-    RADAU5), so that :class:`Ros34pw2` can reuse ``W⁻¹``. Accepting, rejecting and shrinking
+    RADAU5), so that :func:`Ros34pw2` can reuse ``W⁻¹``. Accepting, rejecting and shrinking
     are the PID controller's."""
 
     pid: diffrax.PIDController
@@ -295,191 +463,3 @@ class HoldStep(diffrax.AbstractAdaptiveStepSizeController):
         h, proposed = t1 - t0, next_t1 - next_t0
         hold = keep & (proposed >= h) & (proposed <= self.hold * h)
         return keep, next_t0, jnp.where(hold, next_t0 + h, next_t1), made_jump, state, result
-
-
-# ---------------------------------------------------------------------------------------------
-# ROS34PW2 with a symmetric eigendecomposition (gradient flows in log time)
-
-EIGEN_ROUND = 128
-""":class:`EigenW` computes its Jacobian once per solve (in ``init``); ``solver="auto"`` runs it in
-rounds of at most this many steps, so the Jacobian is recomputed at least this often."""
-
-SYMMETRY_TOL = 1e-8
-"""The parameter block ``P`` of the Jacobian counts as symmetric when
-``‖P − Pᵀ‖_F ≤ SYMMETRY_TOL·‖P‖_F`` (a gradient field computed in float64: ~1e-15)."""
-
-
-def _split(y0):
-    """Flat size of the parameter block: ``y0 = (params, quadratures)``, else the whole state."""
-    if isinstance(y0, tuple) and len(y0) == 2:
-        return ravel_pytree(y0[0])[0].size
-    return ravel_pytree(y0)[0].size
-
-
-def eigen_jacobian(f, t0, flat0, n_p, time_factor=jnp.exp):
-    """``(Q, μ, R, asym)`` for :class:`EigenW`: ``G = ∂f(t0, ·)/∂y / c(t0)`` at ``flat0``
-    (``jax.jacfwd``), ``Q diag(μ) Qᵀ`` the eigendecomposition (``jnp.linalg.eigh``) of the
-    symmetric part of its parameter block ``P = G[:n_p, :n_p]``, ``R = G[n_p:, :n_p]`` the
-    quadrature rows, ``asym = ‖P − Pᵀ‖_F / ‖P‖_F``."""
-    G = jax.jacfwd(lambda x: f(t0, x))(flat0) / time_factor(t0)
-    P = G[:n_p, :n_p]
-    asym = jnp.linalg.norm(P - P.T) / jnp.maximum(jnp.linalg.norm(P), jnp.finfo(P.dtype).tiny)
-    mu, Q = jnp.linalg.eigh(0.5 * (P + P.T))
-    return Q, mu, G[n_p:, :n_p], asym
-
-
-def eigen_solve(Q, QT, mu, R, c0, hg, r, n_p):
-    """``x = W⁻¹ r`` with ``W = I/hg − c0·[[Q diag(μ) Qᵀ, 0], [R, 0]]`` (block lower triangular):
-    ``x_p = Q diag(1/(1/hg − c0 μ)) Qᵀ r_p``, ``x_q = hg (r_q + c0 R x_p)``."""
-    xp = Q @ ((QT @ r[:n_p]) / (1.0 / hg - c0 * mu))
-    return jnp.concatenate([xp, hg * (r[n_p:] + c0 * (R @ xp))])
-
-
-def _eigen_init(terms, t0, y0, args, time_factor):
-    """The solver state of :class:`EigenW` and :class:`EigenRodas4`: ``(Q, Qᵀ, μ, R, asym)`` from
-    :func:`eigen_jacobian` at ``(t0, y0)``."""
-    flat0, unravel = ravel_pytree(y0)
-    f = lambda t, x: ravel_pytree(terms.vf(t, unravel(x), args))[0]
-    Q, mu, R, asym = eigen_jacobian(f, t0, flat0, _split(y0), time_factor)
-    return Q, Q.T, mu, R, asym
-
-
-def _eigen_step_start(terms, t0, y0, args):
-    """What a step of :class:`EigenW` or :class:`EigenRodas4` starts from: ``(flat0, unravel,
-    n_p, f, f0, ft)`` with ``f(t, x)`` the field on flat states, ``f0 = f(t0, flat0)`` and
-    ``ft = ∂f/∂t`` there."""
-    flat0, unravel = ravel_pytree(y0)
-
-    def f(t, x):
-        return ravel_pytree(terms.vf(t, unravel(x), args))[0]
-
-    f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
-    return flat0, unravel, _split(y0), f, f0, ft
-
-
-class EigenW(diffrax.AbstractAdaptiveSolver):
-    """ROS34PW2 (the W-method of :class:`Ros34pw2`, order 3) whose linear solves use a symmetric
-    eigendecomposition, for fields ``F(τ, y) = c(τ)·f(y)`` (``c = time_factor``; ``exp`` for the
-    engine's log time ``τ = log(1 + t)``, where ``c = 1 + t = dt/dτ``) whose Jacobian block over the
-    parameters is symmetric (a gradient flow, ``∂f/∂params = −∇²L``), and whose other states
-    (quadratures, ``y = (params, quadratures)``) are not read by the field, so that the Jacobian
-    ``[[P, 0], [R, 0]]`` is block lower triangular.
-
-    In ``init`` (once per solve): ``G = ∂f/∂y`` (``jax.jacfwd``), ``P = Q diag(μ) Qᵀ``
-    (``jnp.linalg.eigh``) — :func:`eigen_jacobian`. At every stage of every step the matrix
-    standing for ``∂F/∂y`` is ``c(τ0)·G`` at the step start ``τ0`` (the time factor exact, ``G``
-    as of the solve's start) and ``W⁻¹ r`` is two products with ``Q`` (:func:`eigen_solve`), for
-    *any* step size: no step-size hold, no factorisation per step. A W-method keeps its order 3 with
-    any matrix in place of the Jacobian (Rang & Angermann 2005); how far ``G`` may drift before
-    steps are lost to stability is set by the caller's solve length (``auto``: rounds of
-    :data:`EIGEN_ROUND` steps). A non-symmetric ``P`` (``asym`` beyond :data:`SYMMETRY_TOL`) is
-    replaced by its symmetric part (still a W-method, with worse stability); ``solver="auto"``
-    sends such fields to :class:`Rodas4` instead
-    (:func:`gradflow._engine.stiff.asymmetry`).
-
-    Solver state ``(Q, Qᵀ, μ, R, asym)``, constant over the solve (so diffrax's per-step state
-    select is free). Cost per step: five field evaluations (one for the dense output), one
-    Jacobian–vector product in ``t`` and eight products with ``Q`` or ``Qᵀ``.
-    """
-
-    time_factor: object = jnp.exp
-    term_structure: ClassVar = diffrax.AbstractTerm
-    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
-
-    def order(self, terms):
-        return 3
-
-    def error_order(self, terms):
-        return 3
-
-    def init(self, terms, t0, t1, y0, args):
-        return _eigen_init(terms, t0, y0, args, self.time_factor)
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        del made_jump
-        Q, QT, mu, R, asym = solver_state
-        flat0, unravel, n_p, f, f0, ft = _eigen_step_start(terms, t0, y0, args)
-        c0, hg = self.time_factor(t0), (t1 - t0) * _W_GAMMA
-        y1, err, dense_info = _w_stages(f, t0, t1, y0, flat0, unravel, f0, ft,
-                                        lambda rhs: eigen_solve(Q, QT, mu, R, c0, hg, rhs, n_p))
-        return y1, err, dense_info, solver_state, diffrax.RESULTS.successful
-
-    def func(self, terms, t0, y0, args):
-        return terms.vf(t0, y0, args)
-
-
-REFINE = 3
-""":class:`EigenRodas4`: refinement sweeps per stage (:func:`refined_solve`). Each sweep multiplies
-the error of the matrix standing for the Jacobian by ``O(h)``, and Rodas4 with a Jacobian off by
-``O(h^k)`` is of order ``min(4, k + 1)``: three sweeps keep its order 4 with an out-of-date
-eigendecomposition (``tests/test_stiff.py``)."""
-
-EIGEN_RODAS4_ROUND = 64
-""":class:`EigenRodas4`'s round length under ``solver="auto"`` (one eigendecomposition per round):
-the sweeps converge at the rate ``‖W_old⁻¹ (J − J_old)‖``, so a fresher preconditioner keeps
-the refined solves closer to exact. Measured at ``d = 20`` (three sweeps): κ = 20 / 50 take
-207 / 320 steps with 64 steps per round, 234 / 327 with 128."""
-
-
-def refined_solve(jvp, precond, hg, r, iterations):
-    """``x ≈ (I/hg − J)⁻¹ r`` for the exact ``J`` (``jvp(v) = J v``) by ``iterations`` sweeps of
-    Richardson iteration preconditioned by ``precond(r) ≈ (I/hg − J_old)⁻¹ r``, from
-    ``x = precond(r)``: ``x ← x + precond(r − x/hg + J x)``. The error contracts per sweep by the
-    factor ``‖precond·(J − J_old)‖`` (for a stale Hessian of a gradient flow in log time at most
-    about ``‖∇²L − ∇²L_old‖ / λ_min`` in the stiff modes, ``hg·c·‖∇²L − ∇²L_old‖`` in the others).
-
-    **Arguments:** ``jvp`` and ``precond`` linear maps of flat vectors; ``hg`` the step size times
-    the method's ``γ``; ``r`` ``(n,)``; ``iterations`` a Python int ≥ 0.
-    **Returns:** ``(n,)``, the same dtype as ``r``."""
-    x = precond(r)
-    for _ in range(iterations):
-        x = x + precond(r - x / hg + jvp(x))
-    return x
-
-
-class EigenRodas4(diffrax.AbstractAdaptiveSolver):
-    """RODAS4 (the stages of :class:`Rodas4`: order 4, embedded order 3, L-stable, stiffly
-    accurate) for the gradient flows of :class:`EigenW` (``F(τ, y) = c(τ)·f(y)``, a symmetric
-    parameter block, quadratures not read by the field), without a factorisation per step:
-    every stage's system ``(I/(hγ) − J) k = r`` with the *exact* Jacobian at the step start (a
-    linearisation of the field, Jacobian–vector products) is solved by :func:`refined_solve`
-    with ``iterations`` sweeps, preconditioned by :class:`EigenW`'s ``W⁻¹`` (:func:`eigen_solve`:
-    the eigendecomposition of the Hessian from ``init``, once per solve, with the time factor
-    ``c(τ0)`` of the step). Rodas4 loses its order with an inexact Jacobian (order 1 with the
-    stale matrix alone); with :data:`REFINE` sweeps it keeps order 4 (``tests/test_stiff.py``).
-
-    Against :class:`EigenW` (ROS34PW2, order 3 with any matrix): about half the steps at
-    ``rtol = 1e-8`` (``benchmarks/STIFF_d20.md``: κ = 20 / 50, 207 / 320 steps against 484 / 742)
-    and the errors of Rodas4 with a fresh Jacobian and LU factorisation per step, at about three
-    times the cost per step: six stages of ``iterations + 1`` products with ``W_old⁻¹`` (two
-    with ``Q``) and ``iterations`` Jacobian–vector products each, plus a field evaluation for the
-    dense output. Solver state as :class:`EigenW`'s, constant over the solve.
-    """
-
-    time_factor: object = jnp.exp
-    iterations: int = REFINE
-    term_structure: ClassVar = diffrax.AbstractTerm
-    interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
-
-    def order(self, terms):
-        return 4
-
-    def error_order(self, terms):
-        return 4
-
-    def init(self, terms, t0, t1, y0, args):
-        return _eigen_init(terms, t0, y0, args, self.time_factor)
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        del made_jump
-        Q, QT, mu, R, asym = solver_state
-        flat0, unravel, n_p, f, f0, ft = _eigen_step_start(terms, t0, y0, args)
-        c0, hg = self.time_factor(t0), (t1 - t0) * _GAMMA
-        _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
-        precond = lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)
-        y1, err, dense_info = _rodas4_stages(f, t0, t1, y0, flat0, unravel, f0, ft,
-                                             lambda r: refined_solve(jvp, precond, hg, r, self.iterations))
-        return y1, err, dense_info, solver_state, diffrax.RESULTS.successful
-
-    def func(self, terms, t0, y0, args):
-        return terms.vf(t0, y0, args)

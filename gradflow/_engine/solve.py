@@ -17,7 +17,6 @@ logistic loss ≈ 1/t) are smooth in ``τ``, so ``t = 1e12`` (``τ ≈ 27.6``) t
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -29,6 +28,7 @@ import numpy as np
 import optimistix as optx
 
 from .._errors import bad_arg
+from .._status import Status
 from .._validate import check_positive, check_positive_int, check_times
 from . import rosenbrock
 from .erk import UnrolledDopri8
@@ -40,31 +40,6 @@ __all__ = [
     "check_settings", "default_ts", "log_taus", "resolve_solver", "make_solver", "rhs", "solve_lane",
 ]
 
-
-class Status(enum.IntEnum):
-    """How a run ended. The integer is what result files store (``status_code``); the name is
-    the public status string (``traj.status``); :attr:`message` explains it."""
-
-    ok = 0
-    max_steps = 1
-    stalled = 2
-    nonfinite = 3
-    solver_failed = 4
-
-    @property
-    def message(self) -> str:
-        return _MESSAGES[self.name]
-
-
-_MESSAGES = {
-    "ok": "reached t1, or came to rest (t_steady: the movement left was below the tolerance) and holds that state",
-    "max_steps": "the step budget (max_steps) ran out before t1",
-    "stalled": "the log-time step collapsed below STALL_ULPS·eps·max(1, τ1) with a finite field "
-               "around: a blow-up, kink or singularity ahead",
-    "nonfinite": "the field at the reached state, or within a few minimal steps ahead of a stall, "
-                 "is NaN/inf (for GD: the iterate diverged)",
-    "solver_failed": "another solver failure (e.g. the implicit solver's Newton iteration)",
-}
 
 SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh", "rodas4-eigh")
 """Accepted ``solver`` names. ``auto``, for every flow: ``dopri8`` (explicit, 8th order) with
