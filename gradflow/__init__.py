@@ -15,7 +15,7 @@ _install_source_finder(__path__[0])  # gradflow.theory / gradflow.sims from a so
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
 from ._cache import enable_compilation_cache  # noqa: E402
-from ._engine.solve import SOLVERS  # noqa: E402
+from ._engine.solvers import SOLVERS  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
 from .integrate import integrate, integrate_batch  # noqa: E402
 from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, SquareLoss  # noqa: E402

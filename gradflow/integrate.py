@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._engine import batch as _batch
-from ._engine.solve import Flow, check_settings
+from ._engine.settings import check_settings
+from ._engine.solve import Flow
 from ._errors import GradflowValueError, bad_arg, describe
 from ._validate import check_positive, working_dtype
 from .trajectory import Solution
@@ -301,9 +302,8 @@ def _probe_cached_call(key, probe_args):
     _PROBED[key] = True
 
 
-def _meta(solver, rtol, atol, t1, max_steps, rest_stop):
-    return {"method": "flow", "solver": solver, "rtol": rtol, "atol": atol, "t1": t1, "max_steps": max_steps,
-            "rest_stop": rest_stop, "time": "log1p"}
+def _meta(settings, rest_stop):
+    return {"method": "flow", **settings.describe(), "rest_stop": rest_stop, "time": "log1p"}
 
 
 def _rest_stop(rest_stop, steady) -> bool:
@@ -431,11 +431,11 @@ def integrate(
     rest_stop = _rest_stop(rest_stop, steady)
     rtol, atol = _atol(rtol, atol)
     user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
+    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     lanes = jax.tree.map(lambda x: x[None], params0)
-    out = _batch.run(user.flow(rest_stop, solver == "auto"), args, lanes, taus, t1, rtol, atol, name, max_steps, False,
-                     jax.local_devices()[:1], keep=len(ts), lane=0)
-    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, rest_stop))
+    out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, lanes, settings.replace(lane=0),
+                     devices=jax.local_devices()[:1])
+    return _solution(out, ts, _meta(settings, rest_stop))
 
 
 def integrate_batch(
@@ -475,9 +475,9 @@ def integrate_batch(
     rtol, atol = _atol(rtol, atol)
     user, params0s, args = prepare_user(loss, params0s, args, field, observe, quadratures, batch=True,
                                         args_batched=bool(args_batched))
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
+    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
-    out = _batch.run(user.flow(rest_stop, solver == "auto"), args, params0s, taus, t1, rtol, atol, name, max_steps,
-                     bool(args_batched), devices, keep=len(ts))
-    return _solution(out, ts, _meta(name, rtol, atol, t1, max_steps, rest_stop), batch_shape=(B,))
+    out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,
+                     settings.replace(args_batched=bool(args_batched)), devices=devices)
+    return _solution(out, ts, _meta(settings, rest_stop), batch_shape=(B,))

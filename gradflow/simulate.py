@@ -17,7 +17,9 @@ import numpy as np
 from jaxtyping import ArrayLike, Real
 
 from ._engine import batch as _batch
-from ._engine.solve import SOLVERS, Flow, check_settings, default_ts  # noqa: F401  (re-exported names)
+from ._engine.settings import check_settings, default_ts  # noqa: F401  (re-exported name: default_ts)
+from ._engine.solve import Flow
+from ._engine.solvers import SOLVERS  # noqa: F401  (re-exported name)
 from ._errors import bad_arg
 from .flow import gradient_field
 from .losses import AbstractLoss, LogisticTeacher
@@ -164,18 +166,14 @@ def _trajectory(out, ts: np.ndarray, meta: dict, batch_shape=(), expand=None) ->
 _FIELDS = tuple(f.name for f in dataclasses.fields(Trajectory) if f.name != "meta")
 
 
-def _meta(model, loss, solver, rtol, atol, t1, max_steps):
+def _meta(model, loss, settings):
     return {
         "method": "flow",
         "model": model.name,
         "normalization": model.normalization,
         "temperature": float(model.temperature),
         "loss": type(loss).__name__,
-        "solver": solver,
-        "rtol": rtol,
-        "atol": atol,
-        "t1": t1,
-        "max_steps": max_steps,
+        **settings.describe(),
         "time": "log1p",
     }
 
@@ -239,13 +237,13 @@ def simulate(
     ('ok', True)
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
-    meta, expand, solved = _meta(mdl, loss, name, rtol, atol, t1, max_steps), None, loss
+    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
+    meta, expand, solved = _meta(mdl, loss, settings), None, loss
     if _reducible(mdl, loss, V0):
         solved, V0, expand = _teacher_reduction(loss, V0)
         meta["state"] = "rank-one reduction (v, a): V = V0 + β̂ (v − v0)ᵀ"
-    out = _batch.run(value_softmax_flow(solved, solver == "auto"), (mdl, solved), (V0[None], a0[None]), taus, t1, rtol, atol, name,
-                     max_steps, False, jax.local_devices()[:1], keep=len(ts), lane=0)
+    out = _batch.run(value_softmax_flow(solved, settings.solver == "auto"), (mdl, solved), (V0[None], a0[None]),
+                     settings.replace(lane=0), devices=jax.local_devices()[:1])
     return _trajectory(out, ts, meta, expand=expand)
 
 
@@ -302,8 +300,8 @@ def simulate_batch(
         fargs = (jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), mdl), stacked)
     else:
         fargs = (mdl, loss)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(t1, ts, rtol, atol, max_steps, solver)
+    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     devices = _batch.check_devices(devices)
-    out = _batch.run(value_softmax_flow(first, solver == "auto"), fargs, (V0s, a0s), taus, t1, rtol, atol, name, max_steps,
-                     loss_batched, devices, keep=len(ts))
-    return _trajectory(out, ts, _meta(mdl, first, name, rtol, atol, t1, max_steps), batch_shape=(V0s.shape[0],))
+    out = _batch.run(value_softmax_flow(first, settings.solver == "auto"), fargs, (V0s, a0s),
+                     settings.replace(args_batched=loss_batched), devices=devices)
+    return _trajectory(out, ts, _meta(mdl, first, settings), batch_shape=(V0s.shape[0],))

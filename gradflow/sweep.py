@@ -40,7 +40,8 @@ import jax.numpy as jnp
 
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int
-from ._engine.solve import SOLVERS, default_ts
+from ._engine.settings import default_ts
+from ._engine.solvers import SOLVERS
 from .simulate import simulate_batch
 from .losses import LogisticTeacher, SquareLoss
 from .maps import MAPS, apply_map
@@ -64,7 +65,7 @@ class SweepSpec:
       ``normalization``: list of map names; ``t1``: list of flow horizons; ``rtol``: list of
       tolerances (``atol = rtol/100``); ``init_scale``: list of scales of ``V0``.
     - ``chunk``: seeds per chunk (one batch, one zarr chunk); ``points``: save points per run
-      (:func:`gradflow._engine.solve.default_ts`); ``solver``, ``max_steps`` as in :func:`simulate`.
+      (:func:`gradflow._engine.settings.default_ts`); ``solver``, ``max_steps`` as in :func:`simulate`.
     """
 
     seed_start: int = 0

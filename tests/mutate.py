@@ -236,7 +236,7 @@ ENGINE_MUTATIONS = (
              equivalent=NONFINITE_EVENT_IS_REDUNDANT),
     # ---- auto's phase policy and the stiffness detector (gradflow/_engine/stiff.py)
     Mutation("never_implicit", "gradflow/_engine/stiff.py",
-             "solvers = np.where(stiff, implicit, EXPLICIT)", "solvers = np.where(stiff, EXPLICIT, EXPLICIT)",
+             "codes = np.where(stiff, implicit, code_of(EXPLICIT))", "codes = np.where(stiff, code_of(EXPLICIT), code_of(EXPLICIT))",
              "auto never switches to the implicit solver", "tests/test_stiff.py::test_auto_on_a_stiff_flow_matches_radau_in_few_steps"),
     Mutation("stiff_on_factor_wrong", "gradflow/_engine/stiff.py",
              "STIFF_ON = 0.5\n", "STIFF_ON = 50.0\n",
@@ -270,8 +270,8 @@ ENGINE_MUTATIONS = (
              "the eigen W⁻¹ ignores the quadrature rows of the Jacobian",
              "tests/test_stiff.py::test_eigen_solve_is_the_dense_inverse_for_a_symmetric_jacobian"),
     Mutation("symmetry_probe_ignored", "gradflow/_engine/stiff.py",
-             "implicit = np.where(symmetric | (IMPLICIT not in EIGEN_SOLVERS), IMPLICIT, IMPLICIT_FALLBACK)",
-             "implicit = np.where(True, IMPLICIT, IMPLICIT_FALLBACK)",
+             "implicit = np.where(symmetric | (not eigen.gradient_only), eigen.code, fallback.code)",
+             "implicit = np.where(True, eigen.code, fallback.code)",
              "auto runs its eigendecomposition solver on non-gradient fields too",
              "tests/test_stiff.py::test_auto_picks_the_eigen_w_method_only_for_gradient_flows"),
     Mutation("rodas4_eigh_refinement_sign", "gradflow/_engine/rosenbrock.py",
@@ -283,7 +283,7 @@ ENGINE_MUTATIONS = (
              "rodas4-eigh with one refinement sweep (order 2 with a stale eigendecomposition)",
              "tests/test_stiff.py::test_eigen_rodas4_is_order_four_with_a_stale_eigendecomposition"),
     Mutation("blas_threads_noop", "gradflow/_engine/stiff.py",
-             "    if solver_name not in IMPLICIT_SOLVERS:\n", "    if True:\n",
+             "    if not (solver_name == AUTO or spec(solver_name).implicit):\n", "    if True:\n",
              "implicit solves keep OpenBLAS's default threads", "tests/test_stiff.py::test_blas_threads_limits_only_implicit_solves"),
     # ---- integrate's quadratures and observables (gradflow/integrate.py)
     Mutation("integrate_quadrature_scaled", "gradflow/integrate.py",

@@ -146,11 +146,17 @@ def _simulate_key(**changes):
 
     loss = LogisticTeacher(np.ones(3) / np.sqrt(3))
     mdl, V0, a0 = prepare(loss, np.zeros((3, 3)), np.zeros(3), "value-softmax", "softmax", 1.0, batch=False)
+    from gradflow._engine.settings import Round, Settings
+    from gradflow._engine.solvers import code_of
+
     args = dict(flow=value_softmax_flow(loss), fargs=(mdl, loss), params0=(V0[None], a0[None]), taus=jnp.zeros(10),
                 t1=np.asarray(1e6), rtol=np.asarray(1e-8), atol=np.asarray(1e-10), solver="dopri8", steps=512,
                 batched=False, keep=9, lane=0)
     args.update(changes)
-    arrays, static = _S.of(*args.values())
+    code = code_of(args["solver"]) if isinstance(args["solver"], str) else args["solver"]
+    settings = Settings(taus=args["taus"], t1=args["t1"], rtol=args["rtol"], atol=args["atol"], solver="auto",
+                        max_steps=16384, keep=args["keep"], args_batched=args["batched"], lane=args["lane"])
+    arrays, static = _S.of(args["flow"], args["fargs"], args["params0"], settings, Round(solver=code, steps=args["steps"]))
     return _export._key(_batch._first_round.__wrapped__, static, arrays)
 
 
@@ -184,4 +190,4 @@ def test_key_names_every_static_setting_and_refuses_what_it_cannot_name(monkeypa
         pass
 
     with pytest.raises(_export.NotExportable):
-        _simulate_key(solver=UserThing)
+        _simulate_key(fargs=(UserThing,))

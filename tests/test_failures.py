@@ -109,11 +109,13 @@ def test_engine_reports_a_blow_up_as_stalled_in_one_solve():
     which the batch loop would read as "not finished: continue"), with ``t_end`` within 1e-6 of 1.
     Negative control: ``y' = −y²`` (``1/(1 + t)``) reaches ``t1`` with code ``ok``."""
     from gradflow._engine import solve as S
+    from gradflow._engine.solvers import code_of
 
     flow = S.Flow(field=_square_field)
     taus = jnp.log1p(jnp.asarray([0.0, 0.5, 10.0]))
-    run = lambda sign: S.solve_lane(flow, jnp.asarray(sign), (jnp.ones(1), {}), jnp.zeros(()), taus,
-                                    jnp.asarray(1e-10), jnp.asarray(1e-12), "dopri8", 4000)
+    run = lambda sign: S.solve_lane(flow, jnp.asarray(sign), (jnp.ones(1), {}), jnp.zeros(()), taus=taus,
+                                    rtol=jnp.asarray(1e-10), atol=jnp.asarray(1e-12), solver=code_of("dopri8"),
+                                    max_steps=4000)
     out = run(1.0)
     assert int(out.code) == int(S.Status.stalled) and int(out.num_steps) < 4000
     assert abs(float(jnp.expm1(out.tau_end)) - 1.0) < 1e-6, float(jnp.expm1(out.tau_end))

@@ -306,12 +306,12 @@ def test_equinox_workaround_falls_back_on_untested_versions(monkeypatch):
     traced inside it still raises. Control: on the tested version the same check returns NaN."""
     import equinox as eqx
 
-    from gradflow._engine import _eqx_compat
+    from gradflow._engine import _pinned
 
     check = jax.jit(lambda x: eqx.error_if(x, x[0] > 0, "boom") * 1.0)
-    if _eqx_compat.ACTIVE:  # control (tested version): swapped to NaN
-        with _eqx_compat.cacheable():
+    if _pinned.ACTIVE:  # control (tested version): swapped to NaN
+        with _pinned.cacheable():
             assert np.all(np.isnan(np.asarray(jax.jit(lambda x: eqx.error_if(x, x[0] > 0, "b2") * 2.0)(jnp.ones(2)))))
-    monkeypatch.setattr(_eqx_compat, "ACTIVE", False)
-    with _eqx_compat.cacheable(), pytest.raises(Exception, match="boom"):
+    monkeypatch.setattr(_pinned, "ACTIVE", False)
+    with _pinned.cacheable(), pytest.raises(Exception, match="boom"):
         check(jnp.ones(2)).block_until_ready()

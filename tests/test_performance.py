@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow._engine import _eqx_compat, batch as _batch, solve as _solve, stiff as _stiff
+from gradflow._engine import _pinned, batch as _batch, solve as _solve, stiff as _stiff
 from tests import reference as ref
 
 
@@ -90,7 +90,7 @@ def test_stiff_square_design_kappa50_finishes_and_matches_radau():
     X, y = U @ np.diag(np.linspace(1, 1 / 50, d)) @ Vt, rng.randn(d)
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 16)])
     traj = gradflow.simulate(gradflow.SquareLoss(y, design=X, scale=1.0), W, a, t1=1e5, ts=ts, rtol=1e-10, atol=1e-12)
-    assert traj.status == "ok" and traj.metadata["solver"] == "auto-stiff"
+    assert traj.status == "ok" and traj.metadata["solver"] == "auto"
     assert int(traj.num_steps) > _stiff.EXPLICIT_ROUND  # past the first explicit round: the implicit phase ran
     Vr, ar, _ = ref.integrate(W, a, ref.square_residual(y, X, 1.0), ts, rtol=1e-11, atol=1e-13, method="Radau")
     sr = np.array([ref.softmax(x) for x in ar])
@@ -139,9 +139,9 @@ _CACHE_SCRIPT = r"""
 import contextlib, os, sys
 import numpy as np
 import gradflow
-from gradflow._engine import _eqx_compat
+from gradflow._engine import _pinned
 if sys.argv[2] == "control":  # trace with equinox's default raising checks (host callbacks)
-    _eqx_compat.cacheable = contextlib.nullcontext
+    _pinned.cacheable = contextlib.nullcontext
 gradflow.enable_compilation_cache(sys.argv[1])
 rng = np.random.RandomState(0)
 traj = gradflow.simulate(gradflow.LogisticTeacher(rng.randn(3)), 0.1 * rng.randn(3, 3), np.zeros(3), t1=1e6,
@@ -213,7 +213,7 @@ def test_first_round_chunks_concatenated_equal_one_solve(monkeypatch):
 
 
 def test_solves_leave_equinox_checks_raising():
-    """Solves are traced with ``on_error="nan"`` (:func:`gradflow._engine._eqx_compat.cacheable`); afterwards a
+    """Solves are traced with ``on_error="nan"`` (:func:`gradflow._engine._pinned.cacheable`); afterwards a
     user's ``eqx.error_if`` still raises, eagerly and under a fresh ``jax.jit``. Control: inside
     the context the same check returns NaN instead, so the test sees the swap."""
     import jax
@@ -226,5 +226,5 @@ def test_solves_leave_equinox_checks_raising():
         check(jnp.ones(2)).block_until_ready()
     with pytest.raises(Exception, match="boom"):
         jax.jit(check)(jnp.ones(2)).block_until_ready()
-    with _eqx_compat.cacheable():
+    with _pinned.cacheable():
         assert np.all(np.isnan(np.asarray(jax.jit(lambda x: check(x) * 1.0)(jnp.ones(2)))))

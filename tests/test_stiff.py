@@ -10,6 +10,7 @@ import pytest
 
 import gradflow
 from gradflow._engine import stiff
+from gradflow._engine.solvers import code_of, spec
 from tests import reference as ref
 
 from gradflow._engine.solve import Status as S_status
@@ -34,7 +35,7 @@ def test_auto_on_a_stiff_flow_matches_radau_in_few_steps():
     W0, a0, X, y, loss = _square_draw(20, 4)
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 11)])
     traj = gradflow.simulate(loss, W0, a0, t1=1e5, ts=ts, rtol=1e-8, atol=1e-10)
-    assert traj.status == "ok" and traj.metadata["solver"] == "auto-stiff"
+    assert traj.status == "ok" and traj.metadata["solver"] == "auto"
     Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
     np.testing.assert_allclose(traj.a, ar, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(traj.V, Vr, rtol=1e-5, atol=1e-7)
@@ -68,13 +69,13 @@ def test_phase_policy_switches_with_hysteresis():
     mid = 0.5 * (on + off)
     was = np.array([False, False, False, True, True, True])
     h_rho = np.array([1.01 * on, mid, np.nan, mid, 0.99 * off, np.nan])
-    solvers, left, now = stiff.phase_of_lanes(stiff.AUTO_STIFF, np.zeros(6), 10_000, was, h_rho)
+    codes, left, now = stiff.phase_of_lanes("auto", np.zeros(6), 10_000, was, h_rho)
     np.testing.assert_array_equal(now, [True, False, False, True, False, True])
-    assert list(solvers) == ["rodas4", "dopri8", "dopri8", "rodas4", "dopri8", "rodas4"]
+    assert [spec(c).name for c in codes] == ["rodas4", "dopri8", "dopri8", "rodas4", "dopri8", "rodas4"]
     assert left[1] == stiff.EXPLICIT_ROUND and left[0] == 10_000
     # a named solver never switches (negative control)
-    solvers, _, now = stiff.phase_of_lanes("dopri8", np.zeros(6), 10_000, was, h_rho)
-    assert set(solvers) == {"dopri8"} and not now.any()
+    codes, _, now = stiff.phase_of_lanes("dopri8", np.zeros(6), 10_000, was, h_rho)
+    assert {spec(c).name for c in codes} == {"dopri8"} and not now.any()
 
 
 def _h_rho_at_end(loss, V0, a0, t1, steps):
@@ -87,7 +88,8 @@ def _h_rho_at_end(loss, V0, a0, t1, steps):
     flow = simulate_mod.value_softmax_flow(loss)
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
     taus = jnp.asarray([0.0, np.log1p(t1)])
-    out = S.solve_lane(flow, (mdl, loss), y0, jnp.zeros(()), taus, jnp.asarray(1e-8), jnp.asarray(1e-10), "dopri8", steps)
+    out = S.solve_lane(flow, (mdl, loss), y0, jnp.zeros(()), taus=taus, rtol=jnp.asarray(1e-8), atol=jnp.asarray(1e-10),
+                       solver=code_of("dopri8"), max_steps=steps)
     tau = out.tau_end
     field = lambda z: S._log_time_rhs(tau, z, S.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10))
     return float(stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps)), out
@@ -322,9 +324,9 @@ def _solvers_used(monkeypatch):
 
     used, orig = [], batch._round
 
-    def spy(flow, fargs, state, pending, taus, rtol, atol, solver_name, *rest):
-        used.append(solver_name)
-        return orig(flow, fargs, state, pending, taus, rtol, atol, solver_name, *rest)
+    def spy(flow, fargs, state, pending, settings, rnd, devices):
+        used.append(spec(rnd.solver).name)
+        return orig(flow, fargs, state, pending, settings, rnd, devices)
 
     monkeypatch.setattr(batch, "_round", spy)
     return used
@@ -350,17 +352,17 @@ def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, grad
     import scipy.linalg
 
     from gradflow._engine import batch
-    from gradflow._engine.solve import Flow, check_settings
+    from gradflow._engine.settings import check_settings
+    from gradflow._engine.solve import Flow
 
     A = _linear_stiff(gradient)
     flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
     p0 = np.linspace(1.0, -1.0, 6)
-    t1, ts, taus, rtol, atol, max_steps, name = check_settings(
-        1e3, np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), 1e-8, 1e-10, 20000, "auto")
+    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
+                                  max_steps=20000, solver="auto")
     used = _solvers_used(monkeypatch)
     monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)  # the policy's size threshold is not what is tested here
-    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], jnp.asarray(taus), t1, rtol, atol, name, max_steps,
-                    False, jax.local_devices(), len(ts), lane=0)
+    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
     implicit = {s for s in used if s != "dopri8"}
     assert implicit == ({stiff.IMPLICIT} if gradient else {stiff.IMPLICIT_FALLBACK}), used
     assert int(out.status_code) == int(S_status.ok)

@@ -1,10 +1,15 @@
 """The engine: the gradient flow of any loss over any parameter pytree (knows no model).
 
-``solve``: one log-time diffrax solve, its events and :class:`Status`; ``batch``: rounds of
-unfinished lanes, buckets and sharding; ``stiff``: which solver each lane runs per round;
-``_eqx_compat``: version-guarded workarounds for library internals. Front ends:
-:mod:`gradflow.integrate` (any loss) and :mod:`gradflow.simulate` (the value-softmax family).
+``settings``: what a run is asked for (:class:`~gradflow._engine.settings.Settings`, keyword-only);
+``solvers``: every solver in one table, by name and integer code; ``solve``: one log-time diffrax
+solve, its events (the rest stop) and statuses; ``batch``: rounds of unfinished lanes, buckets
+and sharding; ``stiff``: which solver each lane of ``auto`` runs per round; ``rosenbrock``: the
+tableau-driven Rosenbrock methods; ``_pinned``: every use of a library's internals, version-guarded.
+Front ends: :func:`gradflow.integrate` (any loss) and :func:`gradflow.simulate` (the value-softmax
+family).
 """
 
 from .batch import Finished, run  # noqa: F401
-from .solve import SOLVERS, Flow, Status, default_ts, log_taus, resolve_solver  # noqa: F401
+from .settings import Settings, check_settings, default_ts, log_taus  # noqa: F401
+from .solve import Flow, Status  # noqa: F401
+from .solvers import SOLVERS, resolve_solver  # noqa: F401

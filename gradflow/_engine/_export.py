@@ -29,7 +29,7 @@ exportable: it is traced as usual. A file is named by the key's SHA-256 and hold
 compared on load, and a SHA-256 of its payload (a truncated or corrupted file is detected
 before it is deserialised). Files are written atomically (a temporary file renamed into place).
 
-**Fallback:** no cache folder, more than one device, a key that cannot be written, a missing,
+**Fallback:** a jax not among those this was tested on (:data:`gradflow._engine._pinned.EXPORT_ACTIVE`), no cache folder, more than one device, a key that cannot be written, a missing,
 unreadable or mismatching artefact, or a program that :func:`jax.export.export` refuses (e.g.
 host callbacks): :func:`compiled` returns ``None`` and the caller traces the function itself.
 A program that cannot be exported is remembered in the folder (a marker file) so that later
@@ -55,6 +55,8 @@ import types
 
 import jax
 import numpy as np
+
+from . import _pinned
 
 __all__ = ["FOLDER", "compiled", "clear", "folder", "register_output", "stats"]
 
@@ -189,10 +191,8 @@ class _Describer:
 
 
 def _trace_context(d: _Describer) -> str:
-    from jax._src import config
-
     parts = []
-    for item in config.trace_context():
+    for item in _pinned.trace_context():
         if type(item).__name__ == "AxisEnv":  # the named axes in scope (none outside vmap/shard_map)
             sizes = tuple(sorted((str(k), v) for k, v in dict(item.axis_sizes).items()))
             names = (tuple(sorted(map(str, item.spmd_axis_names))),
@@ -394,7 +394,7 @@ def compiled(fn, static, arrays):
 
 def _compiled(fn, static, arrays):
     where = folder()
-    if where is None:
+    if where is None or not _pinned.EXPORT_ACTIVE:
         return _count("traced", None)
     try:
         key = _key(fn, static, arrays)
@@ -464,9 +464,7 @@ def _compile_and_store(exported, path: str, key: str, lowered=None):
     except Exception:  # noqa: BLE001 - e.g. a program this backend cannot run: the caller traces
         return None
     try:
-        from jax.experimental import serialize_executable
-
-        payload, in_tree, out_tree = serialize_executable.serialize(program)
+        payload, in_tree, out_tree = _pinned.serialize_executable().serialize(program)
         if in_tree == _trees(exported)[0] and out_tree in (exported.out_tree, _trees(exported)[1]):
             _write(path + _EXECUTABLE, _frame(key, payload))
     except Exception:  # noqa: BLE001 - not serialisable, or a read-only folder: nothing stored
@@ -484,10 +482,8 @@ def _trees(exported):
 
 
 def _load_executable(payload: bytes, exported):
-    from jax.experimental import serialize_executable
-
     in_tree, out_tree = _trees(exported)
-    return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    return _pinned.serialize_executable().deserialize_and_load(payload, in_tree, out_tree)
 
 
 def _bind(exported, program):

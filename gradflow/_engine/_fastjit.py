@@ -19,7 +19,7 @@ on, a new process loads the compiled solve stored beside the cache instead of tr
 
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
 runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
-:func:`gradflow._engine._eqx_compat.cacheable`).
+:func:`gradflow._engine._pinned.cacheable`).
 """
 
 from __future__ import annotations

@@ -18,9 +18,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import bad_arg
-from . import _eqx_compat, _export, _fastjit
+from . import _export, _fastjit, _pinned
 from . import solve as _solve
 from . import stiff as _stiff
+from .settings import Round, Settings
 from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
 
 __all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "UNROLL_LANES", "UNROLL_STATE", "run", "check_devices"]
@@ -108,12 +109,14 @@ def _per_lane(fn, args_batched, n_lane_args):
 
 
 @eqx.filter_jit
-def _solve_jit(flow, fargs, y0, tau0, taus, rtol, atol, solver_name, max_steps, args_batched):
+def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
+    """Solve the lanes ``(y0, tau0)`` (leading lane axis) for one round ``rnd``."""
     leaves = jax.tree.leaves(y0)
     lanes = leaves[0].shape[0]
     unrolled = lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
-    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus, rtol, atol, solver_name, max_steps, unrolled)
-    return _per_lane(fn, args_batched, 2)(fargs, y0, tau0)
+    fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus=settings.taus, rtol=settings.rtol, atol=settings.atol,
+                                            solver=rnd.solver, max_steps=rnd.steps, batched=unrolled)
+    return _per_lane(fn, settings.args_batched, 2)(fargs, y0, tau0)
 
 
 def _finish(flow, fargs, ys, valid, y0, y_end, code):
@@ -125,19 +128,20 @@ def _finish(flow, fargs, ys, valid, y0, y_end, code):
                 status_code=jnp.where(field_ok, code, Status.nonfinite))
 
 
-def _finish_all(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane) -> Finished:
-    """The result of all lanes: :func:`_finish` per lane, the first ``keep`` save points
-    (``taus`` may carry an extra end point), lane ``lane`` only if it is not ``None``."""
+def _finish_all(flow, fargs, state, y0, settings: Settings) -> Finished:
+    """The result of all lanes: :func:`_finish` per lane, the first ``settings.keep`` save points
+    (``settings.taus`` may carry an extra end point), lane ``settings.lane`` only if it is not ``None``."""
     fn = lambda a, y, v, y_0, ye, c: _finish(flow, a, y, v, y_0, ye, c)
+    taus = settings.taus
     reached = state.reached | (taus == 0)  # t = 0 is the initial state itself
-    res = _per_lane(fn, args_batched, 5)(fargs, state.ys, reached, y0, state.y_end, state.code)
+    res = _per_lane(fn, settings.args_batched, 5)(fargs, state.ys, reached, y0, state.y_end, state.code)
     tau_end = state.tau_end
-    t_end = jnp.where(tau_end == taus[-1], t1_exact, jnp.expm1(tau_end))
-    cut = lambda tree: jax.tree.map(lambda x: x[:, :keep], tree)
+    t_end = jnp.where(tau_end == taus[-1], settings.t1, jnp.expm1(tau_end))
+    cut = lambda tree: jax.tree.map(lambda x: x[:, :settings.keep], tree)
     out = Finished(params=cut(res["params"]), quadratures=cut(res["quadratures"]), observed=cut(res["observed"]),
                    valid=cut(res["valid"]), status_code=res["status_code"], num_steps=state.num_steps,
                    t_end=t_end, t_steady=jnp.expm1(state.tau_steady))
-    return out if lane is None else jax.tree.map(lambda x: x[lane], out)
+    return out if settings.lane is None else jax.tree.map(lambda x: x[settings.lane], out)
 
 
 _finish_jit = eqx.filter_jit(_finish_all)
@@ -188,17 +192,17 @@ _export.register_output(Finished)
 # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
 # cache on, stored as a serialised program that a new process loads instead of tracing it
 @_fastjit.filter_jit(export=True)
-def _first_round(flow, fargs, params0, taus, t1_exact, rtol, atol, solver_name, steps, args_batched, keep, lane):
+def _first_round(flow, fargs, params0, settings: Settings, rnd: Round):
     """The first round of every lane, fused with the set-up and the finish into one compiled
     call: most runs end in their first round, and then this is the only dispatch of a solve
     (per-call overhead matters next to a 37-step solve of a few milliseconds). Returns the
     solve state (for further rounds if a lane is still running) and the finished result."""
-    y0 = _initial_y(flow, fargs, params0, args_batched)
-    state = _initial_state(y0, taus)
-    out = _solve_jit(flow, fargs, state.y_end, state.tau_end, taus, rtol, atol, solver_name, steps, args_batched)
+    y0 = _initial_y(flow, fargs, params0, settings.args_batched)
+    state = _initial_state(y0, settings.taus)
+    out = _solve_jit(flow, fargs, state.y_end, state.tau_end, settings, rnd)
     lanes = jnp.arange(state.code.shape[0])
     state = _merge(state, out, lanes, lanes)
-    return state, _finish_all(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane)
+    return state, _finish_all(flow, fargs, state, y0, settings)
 
 
 def _bucket(k: int, B: int, n_dev: int) -> int:
@@ -244,8 +248,10 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
     )
 
 
-def _round(flow, fargs, state, pending, taus, rtol, atol, solver_name, steps, args_batched, devices):
-    """Advance the lanes ``pending`` by at most ``steps`` solver steps; merge into ``state``."""
+def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices):
+    """Advance the lanes ``pending`` by one round ``rnd`` (at most ``rnd.steps`` steps of solver
+    ``rnd.solver``); merge into ``state``."""
+    args_batched = settings.args_batched
     B, k = state.code.shape[0], pending.size
     size = _bucket(k, B, len(devices))
     idx = np.concatenate([pending, np.full(size - k, pending[0])])  # padding lanes repeat one lane
@@ -254,21 +260,20 @@ def _round(flow, fargs, state, pending, taus, rtol, atol, solver_name, steps, ar
     lane_args = fargs if not args_batched or whole else _gather(fargs, idx)
     start = (state.y_end, state.tau_end) if whole else _gather((state.y_end, state.tau_end), idx)
     (y_start, tau_start), lane_args = _place(start, devices), (_place(lane_args, devices) if args_batched else fargs)
-    out = _solve_jit(flow, lane_args, y_start, tau_start, taus, rtol, atol, solver_name, steps, args_batched)
+    out = _solve_jit(flow, lane_args, y_start, tau_start, settings.replace(lane=None), rnd)
     return _merge(state, out, idx, dest)
 
 
-def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_steps: int,
-                args_batched: bool, devices, keep: int, lane=None) -> Finished:
+def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Finished:
     """Solve ``B`` lanes (leading axis of every leaf of ``params0``) in rounds
     (:data:`ROUND_STEPS`), each lane's solver per round from
-    :func:`gradflow._engine.stiff.phase_of_lanes`, then finish (the first ``keep`` save
-    points; lane ``lane`` only, if given)."""
-    rtol, atol, t1_exact = np.asarray(rtol), np.asarray(atol), np.asarray(t1_exact)
+    :func:`gradflow._engine.stiff.phase_of_lanes`, then finish (the first ``settings.keep`` save
+    points; lane ``settings.lane`` only, if given)."""
+    args_batched, lane, max_steps = settings.args_batched, settings.lane, settings.max_steps
     B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
     per_solve = LANES_PER_SOLVE * n_dev
-    solvers, left, _ = _stiff.phase_of_lanes(name, np.zeros(1, np.int64), max_steps)
-    first_name, steps = solvers[0], int(min(ROUND_STEPS, left[0]))
+    codes, left, _ = _stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), max_steps)
+    first = Round(solver=int(codes[0]), steps=int(min(ROUND_STEPS, left[0])))
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
     # power of two, every chunk to a multiple of the device count, by repeating the chunk's
     # first lane), each chunk one fused call (set-up, solve, finish). Most runs end here; their
@@ -283,8 +288,8 @@ def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: st
         whole = real == B and csize == B
         pick = (lambda x: x) if whole else (lambda x: _take(x, idx))
         chunk_args = _place(pick(fargs), devices) if args_batched else fargs
-        state_c, res_c = _first_round(flow, chunk_args, _place(pick(params0), devices), taus, t1_exact, rtol, atol,
-                                      first_name, steps, args_batched, keep, lane if whole else None)
+        chunk = settings if whole else settings.replace(lane=None)  # a lane is picked after joining
+        state_c, res_c = _first_round(flow, chunk_args, _place(pick(params0), devices), chunk, first)
         states.append(state_c)
         results.append(res_c)
         kept.append(real)
@@ -299,42 +304,38 @@ def _run_rounds(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: st
         return res if lane is None else jax.tree.map(lambda x: x[lane], res)
     state = join(states)
     del states, results  # only the joined state is needed from here on
-    stiff = np.zeros(B, bool)  # each lane's phase under ``auto-stiff`` (True: implicit)
+    stiff = np.zeros(B, bool)  # each lane's phase under ``auto`` (True: implicit)
     n_params = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(params0))  # per lane
     while True:
         pending = np.flatnonzero(np.asarray(state.code) == Status.max_steps)
         if pending.size == 0:
             break
-        solvers, left, stiff[pending] = _stiff.phase_of_lanes(
-            name, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], np.asarray(state.h_rho)[pending],
-            np.asarray(state.asym)[pending], n_params)
+        codes, left, stiff[pending] = _stiff.phase_of_lanes(
+            settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending],
+            np.asarray(state.h_rho)[pending], np.asarray(state.asym)[pending], n_params)
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps
-        for solver_name, n in sorted({(s, int(n)) for s, n in zip(solvers, steps_now) if n > 0}):
-            group = pending[(solvers == solver_name) & (steps_now == n)]
+        for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
+            group = pending[(codes == code) & (steps_now == n)]
             for lo in range(0, group.size, per_solve):
-                state = _round(flow, fargs, state, group[lo: lo + per_solve], taus, rtol, atol, solver_name, n,
-                               args_batched, devices)
+                state = _round(flow, fargs, state, group[lo: lo + per_solve], settings, Round(solver=code, steps=n),
+                               devices)
     y0 = _initial_y_jit(flow, fargs, params0, args_batched)
-    return _finish_jit(flow, fargs, state, y0, taus, t1_exact, args_batched, keep, lane)
+    return _finish_jit(flow, fargs, state, y0, settings)
 
 
-def run(flow: Flow, fargs, params0, taus, t1_exact, rtol, atol, name: str, max_steps: int, args_batched: bool,
-        devices: Sequence[jax.Device], keep: int, lane=None) -> Finished:
+def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device]) -> Finished:
     """Integrate ``flow`` for every lane of ``params0`` (a pytree whose leaves share a leading
-    lane axis ``B``) from ``t = 0`` to ``t1_exact``, saving at the log times ``taus``.
+    lane axis ``B``) from ``t = 0`` to ``settings.t1``, saving at the log times ``settings.taus``.
 
     **Arguments:** ``fargs`` the flow's arguments (a leading lane axis on its array leaves if
-    ``args_batched``); ``taus`` log save times ending at ``log1p(t1)``; ``rtol``, ``atol`` the
-    controller's tolerances; ``name`` a resolved solver name (:func:`gradflow._engine.solve.resolve_solver`);
-    ``max_steps`` the step budget of each lane, all phases together; ``devices`` to shard lanes
-    over; ``keep`` the number of save points returned; ``lane``: return only this lane.
+    ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`
+    (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
 
-    Solves are traced as in :func:`gradflow._engine._eqx_compat.cacheable`."""
-    with _eqx_compat.cacheable(), _stiff.blas_threads(name):
-        return _run_rounds(flow, fargs, params0, taus, t1_exact, rtol, atol, name, max_steps, args_batched, devices,
-                           keep, lane)
+    Solves are traced as in :func:`gradflow._engine._pinned.cacheable`."""
+    with _pinned.cacheable(), _stiff.blas_threads(settings.solver):
+        return _run_rounds(flow, fargs, params0, settings, devices)
 
 
 def check_devices(devices) -> list:

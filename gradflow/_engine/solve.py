@@ -24,46 +24,12 @@ import diffrax
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
-import optimistix as optx
 
-from .._errors import bad_arg
 from .._status import Status
-from .._validate import check_positive, check_positive_int, check_times
-from . import rosenbrock
-from .erk import UnrolledDopri8
-from .rosenbrock import EigenRodas4, EigenW, HoldStep, Rodas4, Ros34pw2
+from .solvers import make_controller, make_solver
 from .stiff import asymmetry, stiffness_ratio
 
-__all__ = [
-    "Flow", "FlowArgs", "SolveState", "Status", "SOLVERS", "REST_FRACTION", "STALL_ULPS", "at_rest",
-    "check_settings", "default_ts", "log_taus", "resolve_solver", "make_solver", "rhs", "solve_lane",
-]
-
-
-SOLVERS = ("auto", "tsit5", "dopri5", "dopri8", "kvaerno5", "rodas4", "ros34pw2", "ros34pw2-eigh", "rodas4-eigh")
-"""Accepted ``solver`` names. ``auto``, for every flow: ``dopri8`` (explicit, 8th order) with
-stiffness detection. A flow without a finite minimiser (e.g. the logistic teacher) is non-stiff in
-log time and stays on ``dopri8``; a flow with a finite minimiser (square loss, soft-target
-cross-entropy, most users' losses) becomes stiff once the fast modes have converged (explicit
-steps are then stability-limited, their number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after each round whether its
-steps were stability-limited (``h·ρ`` against Dopri8's stability boundary) and switches such a
-lane to an implicit method, and back to ``dopri8`` when the implicit steps get small
-(:mod:`gradflow._engine.stiff`). The implicit method: ``rodas4-eigh`` for gradient flows
-(the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with at
-least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters — Rodas4 (order 4, L-stable)
-whose stage systems ``(I/(hγ) − J) k = r`` with the exact Jacobian are solved by a few sweeps
-preconditioned by one symmetric eigendecomposition of the Hessian per round of steps (no
-factorisation per step, :class:`gradflow._engine.rosenbrock.EigenRodas4`) — and ``rodas4``
-otherwise (Rosenbrock, L-stable, order 4: one Jacobian and one LU factorisation per step,
-:mod:`gradflow._engine.rosenbrock`). ``ros34pw2-eigh``: the Rosenbrock–W method ROS34PW2
-(order 3) with ``(I/(hγ) − J)⁻¹`` from the eigendecomposition alone
-(:class:`gradflow._engine.rosenbrock.EigenW`; about twice the steps of ``rodas4-eigh``).
-``ros34pw2``: ROS34PW2 with a dense inverse that is
-reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4``).
-``kvaerno5``: diffrax's ESDIRK with a Newton root finder (a fresh Jacobian
-per iteration). The metadata's ``solver`` field records ``auto-stiff`` for such runs. Implicit
-solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`)."""
+__all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "rhs", "solve_lane"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,64 +173,6 @@ def _nonfinite_ahead(flow, fargs, tau, y, dtmin):
     return ~(_all_finite(f) & jnp.all(jax.vmap(probe)(hs)))
 
 
-def make_solver(name: str, rtol=None, atol=None, batched: bool = False):
-    """The diffrax solver for a concrete name of :data:`SOLVERS` (not ``auto``).
-
-    ``batched``: the solve runs under ``vmap`` over many lanes
-    (:data:`gradflow._engine.batch.UNROLL_LANES`); ``dopri8`` is then
-    :class:`gradflow._engine.erk.UnrolledDopri8` (diffrax's Dopri8 with its stage loop
-    written out: the same method, about 1.8× faster per step at 1024 lanes). Otherwise diffrax's
-    own loop, which traces the field once instead of 13 times (it compiles faster)."""
-    if name == "tsit5":
-        return diffrax.Tsit5()
-    if name == "dopri5":
-        return diffrax.Dopri5()
-    if name == "dopri8":
-        return UnrolledDopri8() if batched else diffrax.Dopri8()
-    if name == "kvaerno5":
-        # Newton (a fresh Jacobian per iteration) at the step controller's tolerances, stopped by
-        # its convergence rate (Hairer–Wanner, κ = 1e-2) rather than by the size of the last
-        # update: once h·‖∂f/∂y‖ is large, round-off in the update exceeds any tight tolerance,
-        # so an update-size test fails, steps are rejected and the solve stalls.
-        return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol, cauchy_termination=False))
-    if name == "rodas4":
-        return Rodas4()
-    if name == "ros34pw2":
-        return Ros34pw2()
-    if name == "ros34pw2-eigh":
-        return EigenW()
-    if name == "rodas4-eigh":
-        return EigenRodas4(iterations=rosenbrock.REFINE)
-    raise AssertionError(name)  # resolve_solver validated the name
-
-
-def _controller(name, rtol, atol, dtmin):
-    stall = dict(dtmin=dtmin, force_dtmin=False)
-    if name in ("kvaerno5", "rodas4", "ros34pw2-eigh", "rodas4-eigh"):
-        return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
-    if name == "ros34pw2":  # hold the step size while it would barely grow: its LU is reused
-        return HoldStep(diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall), rosenbrock.HOLD_MAX)
-    return diffrax.PIDController(rtol=rtol, atol=atol, **stall)
-
-
-def default_ts(t1: float, num: int = 400) -> np.ndarray:
-    """``t = 0`` followed by ``num`` log-spaced flow times from ``1e-3`` to ``t1``
-    (``num`` linearly spaced points if ``t1 ≤ 1e-3``)."""
-    if t1 <= 1e-3:
-        return np.linspace(0.0, t1, num + 1)
-    grid = np.geomspace(1e-3, t1, num)
-    grid[-1] = t1
-    return np.concatenate([[0.0], grid])
-
-
-def log_taus(ts: np.ndarray, t1: float) -> np.ndarray:
-    """Save points in log time; the last one is always ``log1p(t1)`` (the end of the solve)."""
-    taus = np.log1p(ts)
-    if ts[-1] != t1:
-        taus = np.concatenate([taus, [np.log1p(t1)]])
-    return taus
-
-
 def _where_leading(mask, new, old):
     """``jnp.where`` with ``mask`` over the leading axes of ``old``, broadcast over the rest."""
     return jnp.where(mask.reshape(mask.shape + (1,) * (old.ndim - mask.ndim)), new, old)
@@ -308,16 +216,18 @@ class SolveState(eqx.Module):
     asym: jax.Array
 
 
-def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, max_steps: int,
+def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, max_steps: int,
                batched: bool = False) -> SolveState:
-    """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``
-    (``batched``: it is traced under ``vmap``, see :func:`make_solver`).
+    """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``, with
+    the solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_SPECS`) and at most
+    ``max_steps`` steps (``batched``: it is traced under ``vmap``,
+    :func:`gradflow._engine.solvers.make_solver`).
 
     Save points before ``tau0`` are not computed here (``reached = False``). With
     ``flow.rest_stop`` the solve stops once the flow is at rest (:func:`at_rest`); the save points
     after it count as reached and hold the rest state, with each quadrature continued exactly as
     ``g(θ_rest)·(t − t_rest)`` (the integrand is constant at rest)."""
-    solver = make_solver(solver_name, rtol, atol, batched)
+    code, solver = solver, make_solver(solver, rtol, atol, batched)
     tau1 = taus[-1]
     dtmin = STALL_ULPS * jnp.finfo(tau1.dtype).eps * jnp.maximum(1.0, tau1)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
@@ -329,7 +239,7 @@ def solve_lane(flow: Flow, fargs, y0, tau0, taus, rtol, atol, solver_name: str, 
         dt0=None,
         y0=y0,
         args=FlowArgs(flow, fargs, rtol, atol),
-        stepsize_controller=_controller(solver_name, rtol, atol, dtmin),
+        stepsize_controller=make_controller(code, rtol, atol, dtmin),
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
@@ -390,34 +300,3 @@ def _h_rho(flow, fargs, tau0, tau_end, y_end, num_steps):
 def _asym(flow, fargs, tau_end, y_end):
     """Asymmetry of the parameter block of the Jacobian at ``y_end``."""
     return asymmetry(lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs)), y_end)
-
-
-def resolve_solver(solver: str) -> str:
-    """The concrete solver name for ``solver``: ``"auto"`` resolves to the phase policy
-    :data:`gradflow._engine.stiff.AUTO_STIFF` (Dopri8 with stiffness detection, for every flow).
-
-    **Raises:** :class:`gradflow.GradflowValueError` for a name not in :data:`SOLVERS`."""
-    from .stiff import AUTO_STIFF
-
-    if not isinstance(solver, str) or solver not in SOLVERS:
-        raise bad_arg("solver", solver, f"one of {list(SOLVERS)}")
-    return AUTO_STIFF if solver == "auto" else solver
-
-
-def check_settings(t1, ts, rtol, atol, max_steps, solver):
-    """Validate the solve settings shared by every front end.
-
-    Returns ``(t1, ts, taus, rtol, atol, max_steps, name)``: ``ts`` defaults to
-    :func:`default_ts`, ``taus`` are the log save times (:func:`log_taus`), ``name`` the resolved
-    solver (:func:`resolve_solver`).
-
-    **Raises:** :class:`gradflow.GradflowValueError` for ``t1`` not in ``(0, ∞)``, ``ts`` not a
-    strictly increasing 1-D array in ``[0, t1]``, ``rtol`` not in ``(0, 1)``, ``atol ≤ 0``,
-    ``max_steps`` not a positive integer, an unknown ``solver``."""
-    t1, ts = check_times(t1, ts)
-    if ts is None:
-        ts = default_ts(t1)
-    rtol = check_positive("rtol", rtol, upper=1.0)
-    atol = check_positive("atol", atol)
-    max_steps = check_positive_int("max_steps", max_steps)
-    return t1, ts, log_taus(ts, t1), rtol, atol, max_steps, resolve_solver(solver)

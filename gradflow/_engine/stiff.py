@@ -1,6 +1,6 @@
 """The phase policy of ``solver="auto"``: which solver each unfinished lane runs in the next round.
 
-For flows with a finite minimiser (``auto-stiff``) the flow turns stiff once its fast modes have
+A flow with a finite minimiser turns stiff once its fast modes have
 converged: an explicit method's step is then limited by stability, ``h ≲ B/ρ`` (``ρ`` the
 spectral radius of the log-time Jacobian ``∂F/∂y``, ``B ≈ 5.17`` the real-axis stability
 boundary of Dopri8), and its step count grows ∝ ``ρ·τ``. The policy (Hairer & Wanner, *Solving
@@ -34,15 +34,12 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from . import rosenbrock as _rosenbrock
+from .solvers import AUTO, code_of, spec
 
-__all__ = ["AUTO_STIFF", "EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY", "blas_threads",
-           "IMPLICIT_SOLVERS"]
-
-AUTO_STIFF = "auto-stiff"
-"""Concrete name of ``auto`` on a flow with a finite minimiser (recorded in the metadata)."""
+__all__ = ["EXPLICIT_ROUND", "phase_of_lanes", "stiffness_ratio", "DOPRI8_BOUNDARY", "blas_threads"]
 
 EXPLICIT_ROUND = 64
-"""``auto-stiff``: steps per explicit round (stiffness is checked after each)."""
+"""``auto``: steps per explicit round (stiffness is checked after each)."""
 
 DOPRI8_BOUNDARY = 5.17
 """Where Dopri8's stability region meets the negative real axis (computed from diffrax's
@@ -64,12 +61,8 @@ EIGEN_RODAS4 = "rodas4-eigh"
 """Rodas4 with the exact Jacobian through solves preconditioned by a symmetric eigendecomposition
 (:class:`gradflow._engine.rosenbrock.EigenRodas4`)."""
 
-EIGEN_SOLVERS = {EIGEN: _rosenbrock.EIGEN_ROUND, EIGEN_RODAS4: _rosenbrock.EIGEN_RODAS4_ROUND}
-"""Implicit solvers for gradient flows only (one eigendecomposition per round) and their round
-lengths under ``auto``."""
-
 IMPLICIT = EIGEN_RODAS4
-"""The implicit solver of ``auto-stiff`` for gradient flows (a symmetric Jacobian block, see
+"""The implicit solver of ``auto`` for gradient flows (a symmetric Jacobian block, see
 :func:`asymmetry`): Rodas4 (order 4) with the exact Jacobian applied by refined solves
 preconditioned by one eigendecomposition of the Hessian per round of
 :data:`gradflow._engine.rosenbrock.EIGEN_RODAS4_ROUND` steps (no factorisation per step, any
@@ -79,11 +72,12 @@ order 3: 484 and 742 steps at κ = 20 and 50, over the 400 that Rodas4's order 4
 Rodas4 with an LU factorisation per step."""
 
 IMPLICIT_FALLBACK = "rodas4"
-"""The implicit solver of ``auto-stiff`` for fields whose Jacobian is not symmetric (not a
+"""The implicit solver of ``auto`` for fields whose Jacobian is not symmetric (not a
 gradient flow): Rodas4, a fresh Jacobian and LU factorisation every step."""
 
 EIGEN_MIN_STATE = 128
-"""``auto`` uses the solvers of :data:`EIGEN_SOLVERS` only for at least this many parameters per
+"""``auto`` uses the solvers for gradient flows only (``gradient_only`` in
+:data:`gradflow._engine.solvers.SOLVER_SPECS`) only for at least this many parameters per
 lane. On small states a factorisation per step costs little (set when :data:`EIGEN`, of order 3,
 was the implicit phase: conditioning draw d = 4, 21 states, κ = 20, t1 = 1e5, rtol 1e-8: 969 steps
 with :data:`EIGEN`, under 400 with Rodas4)."""
@@ -92,9 +86,7 @@ SYMMETRY_TOL = _rosenbrock.SYMMETRY_TOL
 """A lane counts as a gradient flow when :func:`asymmetry` is at most this."""
 
 EXPLICIT = "dopri8"
-
-IMPLICIT_SOLVERS = frozenset({AUTO_STIFF, "rodas4", "ros34pw2", "kvaerno5", EIGEN, EIGEN_RODAS4})
-"""Resolved solver names that factorise dense matrices (:func:`blas_threads` applies to them)."""
+"""The explicit solver of ``auto``."""
 
 BLAS_THREADS = 1
 """BLAS/LAPACK threads while an implicit solve runs (:func:`blas_threads`)."""
@@ -113,8 +105,9 @@ def _threadpools():
 
 @contextlib.contextmanager
 def blas_threads(solver_name: str):
-    """Run the enclosed solve with :data:`BLAS_THREADS` BLAS threads if ``solver_name`` is in
-    :data:`IMPLICIT_SOLVERS` (via ``threadpoolctl``; restored on exit); otherwise do nothing.
+    """Run the enclosed solve with :data:`BLAS_THREADS` BLAS threads if ``solver_name`` is ``auto``
+    or an implicit solver (``implicit`` in :data:`gradflow._engine.solvers.SOLVER_SPECS`: it
+    factorises dense matrices) (via ``threadpoolctl``; restored on exit); otherwise do nothing.
 
     On CPU, JAX's LU factorisations and triangular solves call the LAPACK/BLAS that SciPy ships
     (OpenBLAS). Its worker threads help little on the matrices of an implicit step (hundreds of
@@ -122,7 +115,7 @@ def blas_threads(solver_name: str):
     conditioning draw at ``d = 20`` (421 states) on 2 cores at load ~5, one LU of ``W`` took 90 ms
     with OpenBLAS's default 2 threads and 5 ms with one; the κ = 2 run went from 0.32 s to 0.04 s.
     XLA's own kernels (matrix products, the field) are not affected."""
-    if solver_name not in IMPLICIT_SOLVERS:
+    if not (solver_name == AUTO or spec(solver_name).implicit):
         yield
         return
     with _threadpools().limit(limits=BLAS_THREADS, user_api="blas"):
@@ -176,38 +169,40 @@ def asymmetry(field, y, seed: int = 1):
     return jnp.where(n > 0, jnp.linalg.norm(jv - vj) / jnp.where(n > 0, n, 1.0), 0.0)
 
 
-def phase_of_lanes(solver_name: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None, asym=None,
+def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None, asym=None,
                    state_size: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The solver each lane runs next, how many steps it may take in that round, and its phase.
 
-    **Arguments:** ``solver_name`` the resolved name (a name of
-    :data:`gradflow._engine.solve.SOLVERS` or :data:`AUTO_STIFF`); ``num_steps`` ``(k,)`` int,
-    the steps each unfinished lane has taken so far (all phases); ``max_steps`` the run's budget;
-    ``stiff`` ``(k,)`` bool, the lanes' current phase (``True``: implicit; default all explicit);
-    ``h_rho`` ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet);
-    ``asym`` ``(k,)`` float, the Jacobian's asymmetry at the end of that round (:func:`asymmetry`;
-    default ``NaN``, unknown): implicit lanes run :data:`IMPLICIT` if it is at most
-    :data:`SYMMETRY_TOL` (a gradient flow), else :data:`IMPLICIT_FALLBACK` (when :data:`IMPLICIT`
-    is one of :data:`EIGEN_SOLVERS`; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of
-    parameters per lane: below :data:`EIGEN_MIN_STATE` the fallback runs too.
+    **Arguments:** ``solver`` the run's solver name (``auto`` or a name of
+    :data:`gradflow._engine.solvers.SOLVER_SPECS`); ``num_steps`` ``(k,)`` int, the steps each
+    unfinished lane has taken so far (all phases); ``max_steps`` the run's budget; ``stiff``
+    ``(k,)`` bool, the lanes' current phase (``True``: implicit; default all explicit); ``h_rho``
+    ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet); ``asym``
+    ``(k,)`` float, the Jacobian's asymmetry at the end of that round (:func:`asymmetry`; default
+    ``NaN``, unknown): implicit lanes run :data:`IMPLICIT` if it is at most :data:`SYMMETRY_TOL`
+    (a gradient flow), else :data:`IMPLICIT_FALLBACK` (when :data:`IMPLICIT` is for gradient flows
+    only; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of parameters per
+    lane: below :data:`EIGEN_MIN_STATE` the fallback runs too.
 
-    **Returns:** ``(solvers, left, stiff)``: ``(k,)`` arrays of concrete solver names, of steps
-    the lane may take next (``0``: the lane's budget is spent, it ends as ``max_steps``; the
-    caller caps it at its round length) and of the updated phases.
+    **Returns:** ``(codes, left, stiff)``: ``(k,)`` arrays of solver codes
+    (:func:`gradflow._engine.solvers.spec` gives each one's row), of steps the lane may take next
+    (``0``: the lane's budget is spent, it ends as ``max_steps``; the caller caps it at its round
+    length) and of the updated phases.
     """
     num_steps = np.asarray(num_steps, dtype=np.int64)
     budget = np.maximum(max_steps - num_steps, 0)
-    if solver_name != AUTO_STIFF:
-        return np.full(num_steps.shape, solver_name, dtype=object), budget, np.zeros(num_steps.shape, bool)
+    if solver != AUTO:
+        return np.full(num_steps.shape, code_of(solver), np.int64), budget, np.zeros(num_steps.shape, bool)
     stiff = np.zeros(num_steps.shape, bool) if stiff is None else np.asarray(stiff, bool).copy()
     if h_rho is not None:
         h_rho = np.asarray(h_rho, dtype=np.float64)
         stiff = np.where(stiff, ~(h_rho < STIFF_OFF * DOPRI8_BOUNDARY), h_rho > STIFF_ON * DOPRI8_BOUNDARY)
     symmetric = np.zeros(num_steps.shape, bool) if asym is None else np.asarray(asym, np.float64) <= SYMMETRY_TOL
     symmetric = symmetric & (state_size >= EIGEN_MIN_STATE)
-    implicit = np.where(symmetric | (IMPLICIT not in EIGEN_SOLVERS), IMPLICIT, IMPLICIT_FALLBACK)
-    solvers = np.where(stiff, implicit, EXPLICIT).astype(object)
-    implicit_round = np.array([EIGEN_SOLVERS.get(s, b) for s, b in zip(implicit.ravel(), budget.ravel())],
+    eigen, fallback = spec(IMPLICIT), spec(IMPLICIT_FALLBACK)
+    implicit = np.where(symmetric | (not eigen.gradient_only), eigen.code, fallback.code)
+    codes = np.where(stiff, implicit, code_of(EXPLICIT)).astype(np.int64)
+    implicit_round = np.array([spec(c).auto_round or b for c, b in zip(implicit.ravel(), budget.ravel())],
                               dtype=np.int64).reshape(budget.shape)
     left = np.where(stiff, np.minimum(budget, implicit_round), np.minimum(budget, EXPLICIT_ROUND))
-    return solvers, left, stiff
+    return codes, left, stiff

@@ -1,11 +1,18 @@
-"""Workarounds for library internals, in one place and guarded by the versions they were tested on.
+"""Every use of a library's private or experimental internals, in one module, each guarded by the
+versions it was tested on and with a clean fallback. Nothing else in gradflow touches them.
 
-Only one today: tracing the solves with equinox's ``on_error="nan"`` instead of a host callback
-(:func:`cacheable`), so that the compiled solve can be written to JAX's persistent compilation
-cache. It replaces a private module global of equinox (``equinox._errors.branched_error_if_impl_jit``)
-while a solve is traced. On an equinox version not in :data:`TESTED_EQUINOX`, or one whose
-internals moved, :func:`cacheable` does nothing: results are the same, only the persistent
-cache is not written (every new process compiles the solve again).
+- :func:`cacheable` (equinox): trace the solves with equinox's ``on_error="nan"`` instead of a host
+  callback, so that the compiled solve can be written to JAX's persistent compilation cache. It
+  replaces a private module global of equinox (``equinox._errors.branched_error_if_impl_jit``)
+  while a solve is traced. On an equinox version not in :data:`TESTED_EQUINOX`, or one whose
+  internals moved, it does nothing: results are the same, only the persistent cache is not
+  written (every new process compiles the solve again).
+- :func:`trace_context` and :func:`serialize_executable` (JAX): what the serialised solves of
+  :mod:`gradflow._engine._export` need beyond JAX's public API (``jax._src.config.trace_context``
+  for their key, ``jax.experimental.serialize_executable`` to store an executable). On a jax or
+  jaxlib version not in :data:`TESTED_JAX`, or one without these, :data:`EXPORT_ACTIVE` is false
+  and :func:`gradflow._engine._export.compiled` declines: every process traces its solves as usual
+  (same results; a cold process pays the tracing).
 """
 
 from __future__ import annotations
@@ -14,8 +21,11 @@ import contextlib
 import threading
 
 import equinox as eqx
+import jax
+import jaxlib
 
-__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable"]
+__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
+           "serialize_executable"]
 
 TESTED_EQUINOX = ("0.13.8",)
 """equinox versions the swap in :func:`cacheable` was tested on (``tests/test_performance.py``
@@ -69,3 +79,36 @@ def cacheable():
             yield
         finally:
             _eqx_errors.branched_error_if_impl_jit = old
+
+
+TESTED_JAX = ("0.10.2",)
+"""jax (and jaxlib) versions the serialised solves were tested on (``tests/test_export.py``)."""
+
+
+def _jax_internals():
+    try:
+        from jax._src import config
+        from jax.experimental import serialize_executable as se
+
+        ok = callable(getattr(config, "trace_context", None)) and callable(getattr(se, "serialize", None)) and \
+            callable(getattr(se, "deserialize_and_load", None))
+        return (config, se) if ok else None
+    except ImportError:  # pragma: no cover - a future jax without these modules
+        return None
+
+
+_jax_modules = _jax_internals()
+
+EXPORT_ACTIVE = _jax_modules is not None and jax.__version__ in TESTED_JAX and jaxlib.__version__ in TESTED_JAX
+"""Whether :mod:`gradflow._engine._export` stores and loads serialised solves (a tested jax)."""
+
+
+def trace_context() -> tuple:
+    """JAX's current tracing context (``jax._src.config.trace_context()``): the configuration a
+    traced program depends on. Only called when :data:`EXPORT_ACTIVE`."""
+    return _jax_modules[0].trace_context()
+
+
+def serialize_executable():
+    """The module ``jax.experimental.serialize_executable``. Only called when :data:`EXPORT_ACTIVE`."""
+    return _jax_modules[1]

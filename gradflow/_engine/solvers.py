@@ -1,0 +1,170 @@
+"""Every solver the engine runs, in one table: its public name, the integer code lanes carry, how
+it is built and which step-size controller it runs under.
+
+``solver="auto"`` is not a solver but the phase policy of :mod:`gradflow._engine.stiff`, which
+picks one of these per lane and round; its lanes carry these codes (integer arrays), never names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import diffrax
+import numpy as np
+import optimistix as optx
+
+from .._errors import bad_arg
+from . import rosenbrock
+from .erk import UnrolledDopri8
+
+__all__ = ["AUTO", "SolverSpec", "SOLVER_SPECS", "SOLVERS", "spec", "code_of", "make_solver", "make_controller",
+           "resolve_solver"]
+
+AUTO = "auto"
+"""The phase policy (:mod:`gradflow._engine.stiff`): Dopri8 with stiffness detection, switching
+stiff lanes to an implicit method of this table and back."""
+
+
+def _tsit5(rtol, atol, batched):
+    return diffrax.Tsit5()
+
+
+def _dopri5(rtol, atol, batched):
+    return diffrax.Dopri5()
+
+
+def _dopri8(rtol, atol, batched):
+    # ``batched``: the solve runs under ``vmap`` over many lanes (see
+    # :data:`gradflow._engine.batch.UNROLL_LANES`): diffrax's Dopri8 with its stage loop written
+    # out, the same method, ~1.8× faster per step at 1024 lanes; otherwise diffrax's own loop,
+    # which traces the field once instead of 13 times (it compiles faster).
+    return UnrolledDopri8() if batched else diffrax.Dopri8()
+
+
+def _kvaerno5(rtol, atol, batched):
+    # Newton (a fresh Jacobian per iteration) at the step controller's tolerances, stopped by its
+    # convergence rate (Hairer–Wanner, κ = 1e-2) rather than by the size of the last update: once
+    # h·‖∂f/∂y‖ is large, round-off in the update exceeds any tight tolerance, so an update-size
+    # test fails, steps are rejected and the solve stalls.
+    return diffrax.Kvaerno5(root_finder=optx.Newton(rtol=rtol, atol=atol, cauchy_termination=False))
+
+
+def _rodas4(rtol, atol, batched):
+    return rosenbrock.Rodas4()
+
+
+def _ros34pw2(rtol, atol, batched):
+    return rosenbrock.Ros34pw2()
+
+
+def _ros34pw2_eigh(rtol, atol, batched):
+    return rosenbrock.EigenW()
+
+
+def _rodas4_eigh(rtol, atol, batched):
+    return rosenbrock.EigenRodas4(iterations=rosenbrock.REFINE)
+
+
+@dataclasses.dataclass(frozen=True)
+class SolverSpec:
+    """One row of :data:`SOLVER_SPECS`.
+
+    ``name``: the public ``solver`` name; ``code``: the integer lanes carry (> 0); ``make(rtol,
+    atol, batched)``: the diffrax solver; ``controller``: ``"pid"`` (diffrax's default PID
+    coefficients), ``"pid-implicit"`` (``pcoeff = 0.3, icoeff = 0.4``, for implicit methods) or
+    ``"hold"`` (the implicit PID with :class:`gradflow._engine.rosenbrock.HoldStep`); ``implicit``:
+    it factorises or decomposes dense matrices (BLAS threads limited,
+    :func:`gradflow._engine.stiff.blas_threads`); ``gradient_only``: it assumes a symmetric
+    parameter block of the Jacobian (a gradient flow, :func:`gradflow._engine.stiff.asymmetry`);
+    ``auto_round``: its round length under ``auto`` (``None``: the step budget)."""
+
+    name: str
+    code: int
+    make: Callable
+    controller: str = "pid"
+    implicit: bool = False
+    gradient_only: bool = False
+    auto_round: int | None = None
+
+
+SOLVER_SPECS = (
+    SolverSpec("tsit5", 1, _tsit5),
+    SolverSpec("dopri5", 2, _dopri5),
+    SolverSpec("dopri8", 3, _dopri8),
+    SolverSpec("kvaerno5", 4, _kvaerno5, "pid-implicit", implicit=True),
+    SolverSpec("rodas4", 5, _rodas4, "pid-implicit", implicit=True),
+    SolverSpec("ros34pw2", 6, _ros34pw2, "hold", implicit=True),
+    SolverSpec("ros34pw2-eigh", 7, _ros34pw2_eigh, "pid-implicit", implicit=True, gradient_only=True,
+               auto_round=rosenbrock.EIGEN_ROUND),
+    SolverSpec("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
+               auto_round=rosenbrock.EIGEN_RODAS4_ROUND),
+)
+"""The solvers, by code. ``tsit5``, ``dopri5``, ``dopri8``: diffrax's explicit methods (Dopri8:
+order 8, the explicit phase of ``auto``). ``kvaerno5``: diffrax's ESDIRK with a Newton root
+finder (a fresh Jacobian per iteration). ``rodas4``: Rosenbrock, L-stable, order 4, one Jacobian
+and one LU factorisation per step (the implicit phase of ``auto`` for non-gradient fields and
+small states). ``ros34pw2``: the Rosenbrock–W method ROS34PW2 (order 3) with a dense inverse
+reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4``).
+``ros34pw2-eigh``: ROS34PW2 with ``(I/(hγ) − J)⁻¹`` from one symmetric eigendecomposition of the
+Hessian per solve (about twice the steps of ``rodas4-eigh``). ``rodas4-eigh``: Rodas4 whose stage
+systems with the exact Jacobian are solved by a few sweeps preconditioned by that
+eigendecomposition (no factorisation per step; the implicit phase of ``auto`` for gradient flows
+of at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters). See
+:mod:`gradflow._engine.rosenbrock`."""
+
+_BY_NAME = {s.name: s for s in SOLVER_SPECS}
+_BY_CODE = {s.code: s for s in SOLVER_SPECS}
+
+SOLVERS = (AUTO,) + tuple(s.name for s in SOLVER_SPECS)
+"""Accepted ``solver`` names: ``auto`` (the default) and every name of :data:`SOLVER_SPECS`.
+
+``auto``, for every flow: ``dopri8`` (explicit, 8th order) with stiffness detection. A flow
+without a finite minimiser (e.g. the logistic teacher) is non-stiff in log time and stays on
+``dopri8``; a flow with a finite minimiser (square loss, soft-target cross-entropy, most users'
+losses) becomes stiff once the fast modes have converged (explicit steps are then
+stability-limited, their number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after
+each round whether its steps were stability-limited (``h·ρ`` against Dopri8's stability boundary)
+and switches such a lane to an implicit method, and back to ``dopri8`` when the implicit steps
+get small (:mod:`gradflow._engine.stiff`). The implicit method: ``rodas4-eigh`` for gradient
+flows (the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with
+at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters, ``rodas4`` otherwise.
+Implicit solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`). The
+metadata's ``solver`` field records the name asked for (``auto`` included)."""
+
+
+def spec(key: str | int | np.integer) -> SolverSpec:
+    """The row of :data:`SOLVER_SPECS` with this name or code (``KeyError`` if none)."""
+    return _BY_CODE[int(key)] if not isinstance(key, str) else _BY_NAME[key]
+
+
+def code_of(name: str) -> int:
+    """The integer code of a concrete solver name."""
+    return _BY_NAME[name].code
+
+
+def make_solver(code: int | np.integer, rtol=None, atol=None, batched: bool = False):
+    """The diffrax solver of code ``code`` (``batched``: the solve is traced under ``vmap``)."""
+    return spec(code).make(rtol, atol, batched)
+
+
+def make_controller(code: int | np.integer, rtol, atol, dtmin):
+    """The step-size controller of code ``code``: a :class:`diffrax.PIDController` at ``rtol``,
+    ``atol`` that stalls (rather than forcing a step) below ``dtmin``."""
+    stall = dict(dtmin=dtmin, force_dtmin=False)
+    kind = spec(code).controller
+    if kind == "pid":
+        return diffrax.PIDController(rtol=rtol, atol=atol, **stall)
+    pid = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
+    if kind == "hold":  # hold the step size while it would barely grow: its inverse is reused
+        return rosenbrock.HoldStep(pid, rosenbrock.HOLD_MAX)
+    return pid
+
+
+def resolve_solver(solver: str) -> str:
+    """``solver`` checked: ``"auto"`` or a concrete name of :data:`SOLVER_SPECS`.
+
+    **Raises:** :class:`gradflow.GradflowValueError` for a name not in :data:`SOLVERS`."""
+    if not isinstance(solver, str) or solver not in SOLVERS:
+        raise bad_arg("solver", solver, f"one of {list(SOLVERS)}")
+    return solver
