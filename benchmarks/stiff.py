@@ -1,4 +1,4 @@
-"""Stiff flows and kinked maps (issue 14), side by side with SciPy in one run.
+"""Stiff flows and kinked maps, side by side with SciPy in one run.
 
 - **Stiff family**: the conditioning draws of the paper's Figs. 3/12 (square loss with design,
   ``Σ(y − X W s)²``, ``X`` with singular values ``linspace(1, 1/κ, d)``, seed 123 per κ),
