@@ -59,7 +59,7 @@ print(json.dumps(dict(import_s=imported, in_process_s=time.perf_counter() - star
     cache_hits=events.count("/jax/compilation_cache/cache_hits"),
     cache_misses=events.count("/jax/compilation_cache/cache_misses"))))
 """
-"""A new process running what the README's Python example does for Fig. 2 (import gradflow, turn
+"""A new process running what the Fig. 2 example of docs/getting-started.md does (import gradflow, turn
 on the cache, one ``simulate``), nothing else: the draws come in a ``.npz`` file so that the
 child does not import the benchmarks (SciPy and the baselines) either."""
 

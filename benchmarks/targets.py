@@ -43,7 +43,7 @@ def table(res: dict, perf: dict) -> str:
     gd = f2["gd_s"]
     rows = []
     hit, miss = f2["cold_cached_s"], f2["cold_nocache_s"]
-    rows.append(("cold start ≤ 2.5 s and ≥ 10× the GD loop (new process: the README's Fig. 2 example)",
+    rows.append(("cold start ≤ 2.5 s and ≥ 10× the GD loop (new process: the Fig. 2 example of docs/getting-started.md)",
                  f"cache hit {hit:.2f} s = {gd / hit:.1f}× the GD loop ({gd:.1f} s); without the cache "
                  f"{miss:.2f} s = {gd / miss:.1f}×",
                  f"{verdict(hit <= COLD_S and gd / hit >= COLD_RATIO)} (cache hit) / "
