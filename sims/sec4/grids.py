@@ -17,12 +17,12 @@ the authors' ``sweeps/*.yaml`` as the paper's panels filter them):
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 
 from gradflow import GradflowValueError
+from gradflow._errors import ArgumentParser
 from gradflow.sims.sec4.train import RunConfig, group_config, induction_config, load_result, run, run_name
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
@@ -155,7 +155,7 @@ def collect(task: str, variants, settings: list[dict], quick: bool, *, train_mis
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gradflow.sims.sec4.grids", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m gradflow.sims.sec4.grids", description=__doc__.splitlines()[0])
     p.add_argument("grid", choices=["sinks", "flips", "control"])
     p.add_argument("--quick", action="store_true", help="CI scale instead of paper scale")
     names = {variant_name(*v): v for v in VARIANTS}
