@@ -25,7 +25,7 @@ from ._softmax import log_softmax, softmax  # noqa: E402
 from .simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 import gc as _gc  # noqa: E402
 import os as _os  # noqa: E402

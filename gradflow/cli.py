@@ -47,11 +47,27 @@ def _cmd_figures(args) -> int:
         quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
         record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
         release_executables()
-        how = "re-plotted from cache" if record["cached"] else "computed"
+        how = "re-plotted from cache" if record["cached"] else _how_computed(record.get("summary", {}).get("runs"))
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
             print(json.dumps(record["summary"], indent=2))
     return 0
+
+
+def _how_computed(runs) -> str:
+    """How a figure's data was made: ``computed``, or for a figure of trained runs (the Sec. 4
+    figures' ``runs`` summary) ``loaded N runs from FOLDER`` / ``trained N runs into FOLDER``."""
+    if not runs:
+        return "computed"
+    parts = []
+    for how, prep in (("loaded", "from"), ("trained", "into")):
+        folders: dict[str, int] = {}
+        for r in runs:
+            if r.get("how") == how:
+                folder = os.path.dirname(r.get("path") or "")
+                folders[folder] = folders.get(folder, 0) + 1
+        parts += [f"{how} {n} run{'s' if n != 1 else ''} {prep} {folder}" for folder, n in folders.items()]
+    return "; ".join(parts) or "computed"
 
 
 def _grid(kind, name):

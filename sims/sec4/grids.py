@@ -23,7 +23,8 @@ import sys
 
 from gradflow import GradflowValueError
 from gradflow._errors import ArgumentParser
-from gradflow.sims.sec4.train import RunConfig, group_config, induction_config, load_result, run, run_name
+from gradflow.sims.sec4.train import (RunConfig, group_config, induction_config, load_result, run, run_name,
+                                      with_origin)
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
            "collect", "cache_root", "committed_root", "RUNS_CACHE_ENV", "COMMITTED_RUNS_ENV", "QUICK_INDUCTION",
@@ -131,7 +132,7 @@ def find_result(cfg: RunConfig, quick: bool) -> tuple[str, dict] | None:
         if os.path.exists(path):
             res = load_result(path)
             if res["config"] == cfg.to_dict():
-                return path, res
+                return path, with_origin(res, "loaded", path)
     return None
 
 
