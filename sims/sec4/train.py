@@ -604,7 +604,8 @@ def with_origin(res: dict, how: str, path: str) -> dict:
     """``res`` with ``res["origin"] = {"how": "trained" | "loaded", "path", "code_hash"}``: whether
     this call trained the run or loaded a finished result file, from where, and the code hash it
     was trained at (``None`` for runs trained before result files recorded it)."""
-    return {**res, "origin": {"how": how, "path": path, "code_hash": res.get("code_hash")}}
+    rel = os.path.relpath(path)  # a committed run reads as figures/transformer-runs/…, not a machine's path
+    return {**res, "origin": {"how": how, "path": path if rel.startswith("..") else rel, "code_hash": res.get("code_hash")}}
 
 
 def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, search: tuple[str, ...] = ()) -> dict:
