@@ -1,12 +1,12 @@
 """``python -m benchmarks [--quick] [--out PATH]``: gradflow against the authors' NumPy GD loop
 and SciPy ``solve_ivp``, side by side in one run; writes ``benchmarks/RESULTS.md``.
 
-Sections (issue 5): Fig. 2 to ``t = 1e5`` (cold process with and without the persistent
+Sections: Fig. 2 to ``t = 1e5`` (cold process with and without the persistent
 compilation cache, and warm) vs the GD loop, both the authors' interpreted NumPy loop and
 gradflow's jitted ``descend`` (so the flow-vs-GD ratio and the JIT-vs-Python ratio are apart); one trajectory to ``t = 1e12`` at three
 tolerances vs DOP853, LSODA, Radau (time, steps, error against a tight reference); 1024 seeds
 batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch; then
-issue 18's rows (``python -m benchmarks.perf18``, ``PERF18.md``) and their verdicts in this report
+the solve costs (``python -m benchmarks.costs``, ``COSTS.md``) and their verdicts in this report
 (``python -m benchmarks.targets``).
 Times are medians over repeats (the count is in each table; every baseline at least 3). ``--quick`` is a smoke run at
 small sizes whose numbers mean nothing.
@@ -29,9 +29,8 @@ import numpy as np
 import gradflow
 from benchmarks._timing import timed
 from gradflow.internal import default_record, engine_batch as _batch, engine_stiff as _stiff
-from gradflow.sweep import fig2_init
 from gradflow.io import atomic_write
-from benchmarks import reference as ref
+from benchmarks.problems import BARE, TS_1E12, batch, draws, fig2_draws, flow, tolerance_case
 
 from . import integrate_overhead
 from . import stiff as stiff_bench
@@ -39,23 +38,6 @@ from .baselines import authors_gd, scipy_flow
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-
-
-fig2_draws = fig2_init  # the paper's Fig. 2 draws (one copy: gradflow.sweep.fig2_init)
-
-
-
-
-def flow(loss, V0, a0, **kw):
-    traj = gradflow.simulate(loss, V0, a0, **kw)
-    np.asarray(traj.a)  # wait for the device
-    return traj
-
-
-def batch(losses, V0s, a0s, **kw):
-    traj = gradflow.simulate_batch(losses, V0s, a0s, **kw)
-    np.asarray(traj.a)
-    return traj
 
 
 # ----------------------------------------------------------------------------- Fig. 2 vs GD
@@ -77,7 +59,7 @@ print(json.dumps(dict(import_s=imported, in_process_s=time.perf_counter() - star
     cache_hits=events.count("/jax/compilation_cache/cache_hits"),
     cache_misses=events.count("/jax/compilation_cache/cache_misses"))))
 """
-"""A new process running what the README's Python example does for Fig. 2 (import gradflow, turn
+"""A new process running what the Fig. 2 example of docs/getting-started.md does (import gradflow, turn
 on the cache, one ``simulate``), nothing else: the draws come in a ``.npz`` file so that the
 child does not import the benchmarks (SciPy and the baselines) either."""
 
@@ -147,52 +129,6 @@ def bench_fig2(q, R):
 
 
 # ----------------------------------------------------------------------------- one trajectory to 1e12
-BARE = "diffrax alone (floor)"
-
-
-def bare_diffrax(loss, V0, a0, ts):
-    """The floor under gradflow's solve: one jitted ``diffeqsolve`` of the same log-time field
-    with the same solver and controller, saving at ``ts`` — no events, status, metrics, input
-    checks or rounds. Returns ``f(rtol, atol) -> (a at ts, steps)`` (blocks until done)."""
-    import diffrax
-    import jax
-
-    from gradflow.flow import log_time_field
-    from gradflow.models import get_model
-
-    model = get_model("value-softmax", "softmax", 1.0)
-    y0 = (jax.numpy.asarray(V0), jax.numpy.asarray(a0), jax.numpy.zeros(()))
-    taus = jax.numpy.asarray(np.log1p(ts))
-
-    @jax.jit
-    def solve(rtol, atol):
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lambda tau, y, args: log_time_field(tau, y, args)), diffrax.Dopri8(), t0=0.0,
-            t1=taus[-1], dt0=None, y0=y0, args=(model, loss), saveat=diffrax.SaveAt(ts=taus),
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol), max_steps=16384)
-        return sol.ys[1], sol.stats["num_steps"]
-
-    def run(rtol, atol):
-        a, steps = jax.block_until_ready(solve(rtol, atol))
-        return np.asarray(a), int(steps)
-
-    return run
-
-
-def tolerance_case():
-    """The accuracy-vs-time case of the tolerance benchmarks: Fig. 2's draws to t = 1e12 at 41 save
-    times, the error of a solution against SciPy Radau at rtol 1e-13, and the bare diffrax solve.
-
-    Returns ``(V0, a0, beta_star, ts, err, loss, bare)``: ``err(a)`` is the max abs error of the
-    saved logits ``a`` (shape ``(41, n)``); ``bare(rtol, atol)`` the :func:`bare_diffrax` run."""
-    V0, a0, bs = fig2_draws()
-    ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e12, 40)])
-    _, a_ref, _ = ref.integrate(V0, a0, ref.logistic_residual(bs), ts, rtol=1e-13, atol=1e-15)
-    err = lambda a: float(np.max(np.abs(np.asarray(a) - a_ref)))
-    loss = gradflow.LogisticTeacher(bs)
-    return V0, a0, bs, ts, err, loss, bare_diffrax(loss, V0, a0, ts)
-
-
 def bench_tolerances(q, R):
     V0, a0, bs, ts, err, loss, bare = tolerance_case()
     rows = []
@@ -213,18 +149,6 @@ def bench_tolerances(q, R):
 
 
 # ----------------------------------------------------------------------------- seeds
-def draws(seeds, n=8):
-    V0s, losses = [], []
-    for s in seeds:
-        V0, a0, bs = fig2_draws(int(s), n)
-        V0s.append(V0)
-        losses.append(bs)
-    return np.stack(V0s), np.zeros((len(seeds), n)), np.stack(losses)
-
-
-TS_1E12 = np.geomspace(1e-2, 1e12, 50)
-
-
 def bench_seeds(q, R):
     B, B_scipy = q(1024, 8), q(32, 2)
     V0s, a0s, teachers = draws(range(B))
@@ -385,7 +309,7 @@ def report(res, cmd, quick, elapsed) -> str:
     steps_ratio = g_rows[1e-11]["steps"] / g_rows[1e-8]["steps"]
     t_rows = [r for r in scal if r["axis"] == "t1"]
     s_rows = [r for r in scal if r["axis"] == "seeds"]
-    L += ["", "## Targets (issue 5), measured in this run", "", "| target | measured | |", "|---|---|---|",
+    L += ["", "## Targets against the GD loop and SciPy, measured in this run", "", "| target | measured | |", "|---|---|---|",
           f"| vs the GD loop, cold (new process: import + JIT), ≥ 10× | {gd_cold:.1f}× without the compilation cache; "
           f"{gd_cached:.1f}× with it (second cold run) | {check(gd_cold >= 10)} / {check(gd_cached >= 10)} |",
           f"| vs the GD loop, warm, ≥ 1000× | {gd_warm:.0f}× = {jit_vs_python:.0f}× (JIT vs Python: NumPy loop / jitted "
@@ -462,7 +386,7 @@ def report(res, cmd, quick, elapsed) -> str:
           "| method | rtol | time (s) | steps | nfev | error |", "|---|---|---|---|---|---|"]
     for r in tol:
         L.append(f"| {r['method']} | {r['rtol']:g} | {r['time_s']:.4f} | {fmt(r['steps'])} | {fmt(r['nfev'])} | {r['error']:.1e} |")
-    L += ["", "The issue's \"33k steps at 1e-11\" for DOP853 came from an unstable γ formula; with `expit` SciPy's "
+    L += ["", "An earlier report's \"33k steps at 1e-11\" for DOP853 came from an unstable γ formula; with `expit` SciPy's "
           "DOP853 needs the number of evaluations shown above.", "",
           f"## {seeds['B']} seeds to t = 1e12 (n = d = 8, rtol 1e-8)", "",
           f"| run | time (s) |", "|---|---|",
@@ -509,11 +433,11 @@ def main(argv=None) -> int:
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")
-    if not args.quick:  # issue 18's rows (PERF18.md) and their verdicts in this report
-        from . import perf18, targets
+    if not args.quick:  # the solve costs (COSTS.md) and the targets' verdicts in this report
+        from . import costs, targets
 
-        perf_out = os.path.join(os.path.dirname(os.path.abspath(args.out)), "PERF18.md")
-        perf18.main(["--out", perf_out])
+        perf_out = os.path.join(os.path.dirname(os.path.abspath(args.out)), "COSTS.md")
+        costs.main(["--out", perf_out])
         targets.main(["--results", os.path.splitext(args.out)[0] + ".json",
                       "--perf", os.path.splitext(perf_out)[0] + ".json", "--out", args.out])
     return 0

@@ -1,4 +1,4 @@
-"""Stiff flows and kinked maps (issue 14), side by side with SciPy in one run.
+"""Stiff flows and kinked maps, side by side with SciPy in one run.
 
 - **Stiff family**: the conditioning draws of the paper's Figs. 3/12 (square loss with design,
   ``Σ(y − X W s)²``, ``X`` with singular values ``linspace(1, 1/κ, d)``, seed 123 per κ),
@@ -36,6 +36,7 @@ import threadpoolctl
 from scipy.integrate import solve_ivp
 
 import gradflow
+from benchmarks._report import equal_accuracy
 from benchmarks._timing import timed
 from gradflow.internal import engine_stiff as _stiff
 from gradflow.sims.draws import conditioning_init, normalization_init
@@ -259,19 +260,6 @@ def bench(q, R, d=None) -> dict:
     kinked = bench_kinked(["l1", "relu", "sparsemax"], q(5e4, 50.0), 1e-8, 1e-10)
     costs = step_costs(d, 20.0, 50) if q(True, False) else None  # a dozen compiles: not in a smoke run
     return dict(square=square, kinked=kinked, costs=costs, d=d, t1=q(1e6, 1e3))
-
-
-def equal_accuracy(rows) -> list[dict]:
-    """Per (κ, gradflow row): the cheapest SciPy LSODA run (one BLAS thread, any tolerance) whose
-    error is at most gradflow's, and the time ratio; ``lsoda = None`` if no LSODA run got there."""
-    out = []
-    for g in (r for r in rows if r["method"].startswith("gradflow")):
-        cands = [r for r in rows if r["kappa"] == g["kappa"] and r["method"].startswith("SciPy LSODA")
-                 and "default" not in r["method"] and r["error"] <= g["error"]]
-        best = min(cands, key=lambda r: r["time_s"]) if cands else None
-        out.append(dict(kappa=g["kappa"], method=g["method"], lsoda=best and best["method"],
-                        ratio=best and best["time_s"] / g["time_s"]))
-    return out
 
 
 def report(res: dict | None) -> str:

@@ -1,9 +1,10 @@
-"""Issue 18's targets, met or missed, from the two benchmark reports of one revision.
+"""The targets for cold start, per-call cost, batch throughput and scale, met or missed, from the
+two benchmark reports of one revision.
 
 ``python -m benchmarks.targets`` reads ``benchmarks/RESULTS.json`` (``python -m benchmarks``) and
-``benchmarks/PERF18.json`` (``python -m benchmarks.perf18``) and writes the verdict table into
+``benchmarks/COSTS.json`` (``python -m benchmarks.costs``) and writes the verdict table into
 ``benchmarks/RESULTS.md`` between the markers below (replacing an earlier table; appended after
-the issue-5 targets the first time). ``python -m benchmarks`` runs both benchmarks and then this.
+the targets against the GD loop and SciPy the first time). ``python -m benchmarks`` runs both benchmarks and then this.
 Every verdict is a ratio or a bound measured in those runs; the two runs' revisions and load
 averages are printed with the table, so a table assembled from runs of different revisions or
 on a loaded machine says so.
@@ -21,8 +22,8 @@ from gradflow.io import atomic_write
 from ._report import put_section
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-BEGIN = "<!-- issue-18 targets: begin (python -m benchmarks.targets) -->"
-END = "<!-- issue-18 targets: end -->"
+BEGIN = "<!-- cost targets: begin (python -m benchmarks.targets) -->"
+END = "<!-- cost targets: end -->"
 
 COLD_S, COLD_RATIO = 2.5, 10.0
 OVERHEAD_MS, LSODA_RATIO = 0.3, 10.0
@@ -35,14 +36,14 @@ def verdict(ok: bool) -> str:
 
 
 def table(res: dict, perf: dict) -> str:
-    """The Markdown section: one row per target of issue 18 (cold start, per-call overhead, ratio to
+    """The Markdown section: one row per target (cold start, per-call overhead, ratio to
     LSODA, batch throughput, scale in ``n``, memory of 4096 seeds, the XLA message, the GPU
     script)."""
     f2 = res["fig2"]
     gd = f2["gd_s"]
     rows = []
     hit, miss = f2["cold_cached_s"], f2["cold_nocache_s"]
-    rows.append(("cold start ≤ 2.5 s and ≥ 10× the GD loop (new process: the README's Fig. 2 example)",
+    rows.append(("cold start ≤ 2.5 s and ≥ 10× the GD loop (new process: the Fig. 2 example of docs/getting-started.md)",
                  f"cache hit {hit:.2f} s = {gd / hit:.1f}× the GD loop ({gd:.1f} s); without the cache "
                  f"{miss:.2f} s = {gd / miss:.1f}×",
                  f"{verdict(hit <= COLD_S and gd / hit >= COLD_RATIO)} (cache hit) / "
@@ -87,24 +88,24 @@ def table(res: dict, perf: dict) -> str:
     rows.append(("a GPU script in `benchmarks/` (1e5–1e6 seeds, time per trajectory)",
                  "`python -m benchmarks.gpu`; no session has been lent a GPU, so it has not run on one",
                  "ready, not run"))
-    head = (f"{BEGIN}\n## Targets (issue 18), measured in the runs below\n\n"
+    head = (f"{BEGIN}\n## Targets for cold start, per-call cost, batch and scale, measured in the runs below\n\n"
             f"From `RESULTS.json` (this file's run: revision {res['machine'].get('git revision', '?')}, "
-            f"load average at start {res['machine'].get('load average (1 min) at start', float('nan')):.1f}) and `PERF18.json` "
-            f"(`python -m benchmarks.perf18`, load average at start {perf.get('load', float('nan')):.1f}); "
-            f"the details are in `PERF18.md`.\n\n| target | measured | |\n|---|---|---|\n")
+            f"load average at start {res['machine'].get('load average (1 min) at start', float('nan')):.1f}) and `COSTS.json` "
+            f"(`python -m benchmarks.costs`, load average at start {perf.get('load', float('nan')):.1f}); "
+            f"the details are in `COSTS.md`.\n\n| target | measured | |\n|---|---|---|\n")
     return head + "".join(f"| {a} | {b} | {c} |\n" for a, b, c in rows) + f"\n{END}\n"
 
 
 def insert(md: str, section: str) -> str:
-    """``md`` with its issue-18 section replaced by ``section`` (inserted before the first section
-    after the issue-5 targets' "Where a target is missed" notes if there is none yet)."""
+    """``md`` with its cost-targets section replaced by ``section`` (inserted before the first section
+    after the GD-loop and SciPy targets' "Where a target is missed" notes if there is none yet)."""
     return put_section(md, section, BEGIN, END, md.find("\n## ", md.find("### Where a target is missed")))
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.targets", description=__doc__.splitlines()[0])
     p.add_argument("--results", default=os.path.join(HERE, "RESULTS.json"))
-    p.add_argument("--perf", default=os.path.join(HERE, "PERF18.json"))
+    p.add_argument("--perf", default=os.path.join(HERE, "COSTS.json"))
     p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"))
     args = p.parse_args(argv)
     with open(args.results) as fh:
@@ -115,7 +116,7 @@ def main(argv=None) -> int:
         md = fh.read()
     text = insert(md, table(res, perf))
     atomic_write(args.out, lambda f: f.write(text.encode()))
-    print(f"benchmarks: issue-18 targets written to {args.out}", file=sys.stderr)
+    print(f"benchmarks: cost targets written to {args.out}", file=sys.stderr)
     return 0
 
 

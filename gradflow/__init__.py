@@ -25,7 +25,7 @@ from ._softmax import log_softmax, softmax  # noqa: E402
 from .simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: E402
 
 import gc as _gc  # noqa: E402
 import os as _os  # noqa: E402
@@ -33,9 +33,9 @@ import os as _os  # noqa: E402
 # The ~130,000 objects made by importing jax, diffrax and gradflow live as long as the process:
 # moved out of the cyclic collector's reach, they are not traversed again by every full
 # collection nor by the one at interpreter exit (a cold process exited in 0.06–0.12 s instead
-# of 0.4–0.5 s; benchmarks/PERF18.md). Reference counting still frees them as usual; cyclic
+# of 0.4–0.5 s; benchmarks/COSTS.md). Reference counting still frees them as usual; cyclic
 # garbage among objects that existed before ``import gradflow`` is no longer collected, so
-# ``GRADFLOW_GC_FREEZE=0`` turns this off (README, "Compilation cache and cold start").
+# ``GRADFLOW_GC_FREEZE=0`` turns this off (docs/performance.md, "Compilation cache and cold start").
 if _os.environ.get("GRADFLOW_GC_FREEZE", "1") != "0":
     _gc.freeze()
 

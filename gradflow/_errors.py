@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import numpy as np
 
 
@@ -11,6 +13,15 @@ class GradflowValueError(ValueError):
     The message always names the argument, the value received and what is accepted, on
     one line. It is a ``ValueError`` so callers that already catch ``ValueError`` keep working.
     """
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with gradflow's error format, for every command line of the project (``gradflow``,
+    ``python -m gradflow.sims.sec4.grids``): one line on stderr, ``gradflow: error: …`` and a
+    pointer to ``-h``, exit status 2 (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"gradflow: error: {message} (see {self.prog} -h)\n")
 
 
 def describe(value) -> str:

@@ -14,7 +14,6 @@ Dimension names, shared with the sweep store of :mod:`gradflow.sweep`:
 from __future__ import annotations
 
 import json
-from importlib import metadata
 
 import numpy as np
 
@@ -40,15 +39,9 @@ LONG_NAMES = {
 
 def provenance() -> dict:
     """Versions of gradflow and the packages that computed a result (for ``attrs``)."""
-    from . import __version__
+    from ._provenance import versions
 
-    out = {"version_gradflow": __version__}  # by import name (distribution gradflow-attn)
-    for pkg in ("jax", "jaxlib", "diffrax", "equinox", "numpy"):
-        try:
-            out[f"version_{pkg}"] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            out[f"version_{pkg}"] = "unknown"
-    return out
+    return {f"version_{pkg}": v for pkg, v in versions().items()}
 
 
 def _param_dims(name: str, ndim: int) -> tuple[str, ...]:

@@ -11,10 +11,11 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 
 from ._cache import release_executables
-from ._errors import GradflowValueError
+from ._errors import ArgumentParser as _Parser, GradflowValueError
 from ._host import usable_cores
 
 DEFAULT_OUT = os.path.join("out", "figures")
@@ -36,6 +37,7 @@ def _cmd_figures(args) -> int:
         for fig_id in figure_ids():
             print(f"{fig_id:20s} {get_figure(fig_id).title}")
         return 0
+    _validate_out(args.out)  # before any figure is computed
     ids = args.ids or figure_ids()
     for fig_id in ids:  # validate all ids before building any
         get_figure(fig_id)
@@ -45,11 +47,27 @@ def _cmd_figures(args) -> int:
         quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
         record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
         release_executables()
-        how = "re-plotted from cache" if record["cached"] else "computed"
+        how = "re-plotted from cache" if record["cached"] else _how_computed(record.get("summary", {}).get("runs"))
         print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
         if args.verbose:
             print(json.dumps(record["summary"], indent=2))
     return 0
+
+
+def _how_computed(runs) -> str:
+    """How a figure's data was made: ``computed``, or for a figure of trained runs (the Sec. 4
+    figures' ``runs`` summary) ``loaded N runs from FOLDER`` / ``trained N runs into FOLDER``."""
+    if not runs:
+        return "computed"
+    parts = []
+    for how, prep in (("loaded", "from"), ("trained", "into")):
+        folders: dict[str, int] = {}
+        for r in runs:
+            if r.get("how") == how:
+                folder = os.path.dirname(r.get("path") or "")
+                folders[folder] = folders.get(folder, 0) + 1
+        parts += [f"{how} {n} run{'s' if n != 1 else ''} {prep} {folder}" for folder, n in folders.items()]
+    return "; ".join(parts) or "computed"
 
 
 def _grid(kind, name):
@@ -115,6 +133,7 @@ def _cpu_devices(n: int | None, distributed: bool) -> None:
 def _cmd_sweep(args) -> int:
     from .sweep import SweepSpec, load_sweep, run_sweep
 
+    _validate_out(args.out, "OUT")
     _cpu_devices(args.cpu_devices, distributed=args.distributed or args.coordinator is not None)
     distributed = _init_distributed(args)  # before anything starts a JAX backend
     spec = SweepSpec(
@@ -145,15 +164,54 @@ def _cmd_sweep(args) -> int:
     return 0 if done.all() else 1
 
 
+STATEMENT_WIDTH = 60  # the statement column wraps at this width (never cut)
+
+
 def _print_check_table(results) -> None:
-    rows = [("id", "statement", "trials", "holds", "worst margin", "control")]
+    """One row per check; a statement longer than :data:`STATEMENT_WIDTH` wraps onto
+    continuation lines of its own column (``textwrap``), so nothing is cut off."""
+    rows = [(["id"], ["statement"], ["trials"], ["holds"], ["worst margin"], ["control"])]
     for r in results:
-        stmt = r.statement if len(r.statement) <= 60 else r.statement[:57] + "..."
-        rows.append((r.id, stmt, str(r.trials), "yes" if r.holds else "NO", f"{r.worst_margin:.3g}",
-                     "holds (DEFECT)" if r.control_holds else "fails"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        rows.append(([r.id], textwrap.wrap(r.statement, STATEMENT_WIDTH) or [""], [str(r.trials)],
+                     ["yes" if r.holds else "NO"], [f"{r.worst_margin:.3g}"],
+                     ["holds (DEFECT)" if r.control_holds else "fails"]))
+    widths = [max(len(line) for row in rows for line in row[i]) for i in range(len(rows[0]))]
     for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        for k in range(max(len(cell) for cell in row)):
+            cells = [cell[k] if k < len(cell) else "" for cell in row]
+            print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+
+
+def _check_progress(total: int):
+    """An ``on_result`` callback for :func:`gradflow.theory.run_checks`: one line on stderr per
+    finished check, with its wall time (lines, not a bar: readable in a log file too)."""
+    done = [0]
+
+    def report(result, seconds: float) -> None:
+        done[0] += 1
+        verdict = "holds" if result.holds and not result.control_holds else (
+            "FAILS" if not result.holds else "holds, but its control holds too (DEFECT)")
+        print(f"gradflow: check {done[0]}/{total} {result.id}: {verdict} ({seconds:.1f} s)", file=sys.stderr, flush=True)
+
+    return report
+
+
+def _validate_out(path: str, what: str = "--out") -> None:
+    """Refuse an output folder that cannot be one, before any work starts: an existing file, or a
+    path whose nearest existing ancestor is a file or is not writable.
+
+    Raises:
+        GradflowValueError: naming the option, the path and what is wrong.
+    """
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise GradflowValueError(f"{what}: got {path!r}, an existing file; expected a folder (created if missing)")
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise GradflowValueError(f"{what}: got {path!r}; {probe!r} is a file, so the folder cannot be created")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise GradflowValueError(f"{what}: got {path!r}; {probe!r} is not writable")
 
 
 def _check_statement(check_id: str) -> str:
@@ -180,7 +238,8 @@ def _cmd_check(args) -> int:
         return 0
     for cid in args.ids:  # unknown id: one-line error, exit 2 (before any computation)
         get_check(cid)
-    results = run_checks(args.ids or None, trials=args.trials, seed=args.seed)
+    results = run_checks(args.ids or None, trials=args.trials, seed=args.seed,
+                         on_result=_check_progress(len(args.ids or check_ids())))
     if args.json:
         print(json.dumps([r.to_dict() for r in results], indent=1))
     else:
@@ -189,9 +248,11 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from gradflow.theory import DEFAULT_TRIALS, run_checks
+    from gradflow.theory import DEFAULT_TRIALS, check_ids, run_checks
 
-    results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0)
+    _validate_out(args.out)  # before the checks: a bad --out must not cost their minutes
+    results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0,
+                         on_result=_check_progress(len(check_ids())))
     _print_check_table(results)
     checks_ok = all(r.holds and not r.control_holds for r in results)
     release_executables()
@@ -200,13 +261,6 @@ def _cmd_reproduce(args) -> int:
     n_ok = sum(r.holds and not r.control_holds for r in results)
     print(f"reproduce: {n_ok}/{len(results)} checks hold with failing controls; figures in {args.out}/")
     return status if status else (0 if checks_ok else 1)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with gradflow's error format: one line on stderr, exit 2 (no usage block)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} -h)\n")
 
 
 def _count(name: str, minimum: int):
@@ -247,8 +301,8 @@ def _parser() -> argparse.ArgumentParser:
 
     f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
             description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "
-                        "Sec. 4 transformer ids at paper scale train the sink and flip grids (11 kernels; about 1 h "
-                        "per induction run on 2 cores, days for the whole grid; resumable, committed runs reused), "
+                        "Sec. 4 transformer ids at paper scale train the sink and flip grids (11 kernels; 12-140 min "
+                        "per induction run on 2 cores, by the load, days for the whole grid; resumable, committed runs reused), "
                         "--quick trains 3 induction and 6 group models (about 6 min). An unchanged config re-plots from the cached ID.npz.")
     f.add_argument("ids", nargs="*", help="figure ids (default: all; see --list)")
     f.add_argument("--list", action="store_true", help="list the figure ids and exit")
@@ -269,11 +323,12 @@ def _parser() -> argparse.ArgumentParser:
     r = add(
         "reproduce",
         help=f"the main job: run the checks, then every figure into {DEFAULT_OUT}/ "
-             "(about 11 min on 2 idle cores)",
+             "(its measured time: docs/getting-started.md)",
         description="Run every theorem check, then build every figure: paper scale, except the five Sec. 4 "
                     "transformer figures, which are built in quick mode unless --paper-scale; --quick makes "
-                    "everything CI scale (fewer trials, shorter horizons). About 11 min on 2 idle CPU cores "
-                    "(about 20 min when the cores are shared); a killed run resumes from the finished figures.",
+                    "everything CI scale (fewer trials, shorter horizons). One progress line per check as it "
+                    "finishes; --out is checked before any work starts. A killed run resumes from the finished "
+                    "figures; its measured time is in docs/getting-started.md.",
     )
     figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",

@@ -183,9 +183,9 @@ def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int, devices=None) -> di
 
 
 def _versions() -> dict:
-    from ._xarray import provenance
+    from ._provenance import versions
 
-    return provenance()
+    return {f"version_{pkg}": v for pkg, v in versions().items()}
 
 
 def _create_store(spec: SweepSpec, out: str) -> None:

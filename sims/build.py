@@ -16,12 +16,10 @@ import hashlib
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 import zipfile
 from collections.abc import Callable
-from importlib import metadata
 from typing import Any
 
 import numpy as np
@@ -55,34 +53,15 @@ class Figure:
     """Set by :func:`gradflow.sims.registry.get_figure` from the registry (left empty in the module)."""
 
 
-def _git_revision() -> str:
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        rev = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
-        if rev.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                               capture_output=True, text=True, timeout=5)
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-
-
 def provenance() -> dict[str, Any]:
-    """Package versions, Python, platform and git revision."""
-    import gradflow
+    """Package versions, Python, platform and git revision (:mod:`gradflow._provenance`)."""
+    from gradflow._provenance import git_revision, versions
 
-    versions = {"gradflow": gradflow.__version__}  # by import name (distribution gradflow-attn)
-    for pkg in ("jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
     return {
-        "packages": versions,
+        "packages": versions(("jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"), missing=None),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "git_revision": _git_revision(),
+        "git_revision": git_revision(),
     }
 
 

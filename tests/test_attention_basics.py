@@ -1,4 +1,4 @@
-"""Tests for sims/basics/attention_basics.py and the four attention-basics figures (SPEC §8, seeds 000/001)."""
+"""Tests for sims/basics/attention_basics.py and the four attention-basics figures (seeds 000/001; their entries in figures/README.md)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ def test_quick_benchmark_writes_the_report(tmp_path):
     out = tmp_path / "RESULTS.md"
     assert main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
-    for heading in ("## Machine and versions", "## Targets (issue 5)", "## Fig. 2 data", "## One trajectory to t = 1e12",
+    for heading in ("## Machine and versions", "## Targets against the GD loop and SciPy", "## Fig. 2 data", "## One trajectory to t = 1e12",
                     "seeds to t = 1e12", "## Scaling", "## Stiff flows", "## Kinked maps", "## `integrate` vs `simulate`", "Command: `python -m benchmarks --quick`"):
         assert heading in text, heading
     res = json.loads((tmp_path / "RESULTS.json").read_text())
@@ -87,7 +87,7 @@ def _targets_inputs(cold_hit, overhead_ms, batch_s, n_warm):
     return res, perf
 
 
-def test_issue18_targets_table_follows_the_numbers():
+def test_cost_targets_table_follows_the_numbers():
     """Each verdict of ``benchmarks/targets.py`` flips at its bound (cold start 2.5 s, overhead
     0.3 ms, 1024 seeds 0.15 s, n = 1024 warm 2 s), and writing the table twice replaces it."""
     from benchmarks import targets
@@ -113,7 +113,7 @@ def test_issue18_targets_table_follows_the_numbers():
     assert verdicts == "**missed** (one device) / met (one per core)", verdicts
     perf["batch"].update(per_core_s=0.16)
     assert row(targets.table(res, perf), "1024 seeds").split("|")[-2].strip().endswith("**missed** (one per core)")
-    md = "# r\n\n## Targets (issue 5)\n\n### Where a target is missed, and why\n\n- x\n\n## Fig. 2 data\n"
+    md = "# r\n\n## Targets against the GD loop and SciPy\n\n### Where a target is missed, and why\n\n- x\n\n## Fig. 2 data\n"
     once = targets.insert(md, good)
     twice = targets.insert(once, bad)
     assert once.index(targets.BEGIN) < once.index("## Fig. 2 data") and once.count(targets.BEGIN) == 1

@@ -113,3 +113,33 @@ def test_help_texts_agree_with_the_defaults(capsys):
         cli.main(["reproduce", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "SPEC" not in text and "days on 2 CPU cores" in text and "out/figures/" in text
+
+
+def test_reproduce_refuses_an_existing_file_as_out_before_any_check(monkeypatch, tmp_path, capsys):
+    """``--out FILE`` with FILE an existing file: exit 2 at once with one ``gradflow: error:`` line,
+    no check run; control: a folder that does not exist yet gets past the check and the checks run."""
+    from gradflow import theory
+
+    calls = []
+    monkeypatch.setattr(theory, "run_checks", lambda *a, **k: calls.append(a) or [])
+    target = tmp_path / "results.txt"
+    target.write_text("keep me")
+    assert cli.main(["figures", "fig2", "--out", str(target / "sub"), "--no-cache"]) == 2
+    assert "is a file, so the folder cannot be created" in capsys.readouterr().err
+    monkeypatch.setattr(cli, "_cmd_figures", lambda args: 0)
+    assert cli.main(["reproduce", "--out", str(target), "--no-cache"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"gradflow: error: --out: got {str(target)!r}, an existing file; expected a folder (created if missing)"]
+    assert calls == [] and target.read_text() == "keep me"
+    assert cli.main(["reproduce", "--out", str(tmp_path / "new" / "folder"), "--no-cache"]) == 0
+    assert len(calls) == 1
+
+
+def test_every_command_line_error_has_the_gradflow_prefix():
+    """Usage errors of ``gradflow SUBCOMMAND`` and of the Sec. 4 grid runner start with
+    ``gradflow: error:`` (argparse's default would be ``PROG SUBCOMMAND: error:``)."""
+    for argv in (["-m", "gradflow.cli", "reproduce", "--bogus"], ["-m", "gradflow.cli", "check", "--trials", "0"],
+                 ["-m", "gradflow.sims.sec4.grids", "nogrid"]):
+        proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("gradflow: error: "), (argv, proc.stderr)

@@ -67,3 +67,48 @@ def test_deprecated_check_id_is_accepted_with_a_warning(monkeypatch, capsys):
         theory.get_check("normalizations")
     with pytest.raises(theory.registry.GradflowValueError, match="normalisation"):
         theory.get_check("normalisation")
+
+
+def _stub(cid, holds=True, control_holds=False, statement="stub"):
+    from gradflow.theory import CheckResult
+
+    return lambda trials=16, seed=0: CheckResult(id=cid, statement=statement, holds=holds, trials=1,
+                                                 worst_margin=1.0, control_holds=control_holds, details={})
+
+
+def test_one_progress_line_per_check_as_it_finishes(monkeypatch, capsys):
+    """``gradflow check`` prints on stderr, per check and in order, ``check i/n ID: verdict (s)``;
+    the table on stdout is unchanged (control: without checks run, no progress line)."""
+    import re
+
+    from gradflow import theory
+
+    monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", _stub("thm3.3b"))
+    monkeypatch.setitem(theory.registry.CHECKS, "lemma3.5", _stub("lemma3.5", holds=False))
+    assert main(["check", "thm3.3b", "lemma3.5", "--json"]) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 2, lines
+    assert re.fullmatch(r"gradflow: check 1/2 thm3\.3b: holds \(\d+\.\d s\)", lines[0]), lines
+    assert re.fullmatch(r"gradflow: check 2/2 lemma3\.5: FAILS \(\d+\.\d s\)", lines[1]), lines
+    assert [r["id"] for r in json.loads(captured.out)] == ["thm3.3b", "lemma3.5"]
+    assert main(["check", "--list"]) == 0 and "gradflow: check" not in capsys.readouterr().err
+
+
+def test_long_statements_wrap_instead_of_being_cut(monkeypatch, capsys):
+    from gradflow import cli, theory
+
+    words = " ".join(f"word{i}" for i in range(40))  # ~280 characters
+    monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", _stub("thm3.3b", statement=words))
+    assert main(["check", "thm3.3b"]) == 0
+    table = capsys.readouterr().out
+    assert "..." not in table and table.split() .count("word39") == 1
+    assert [w for w in table.split() if w.startswith("word")] == words.split()  # every word, in order
+    body = table.splitlines()[1:]
+    assert len(body) > 3  # continuation lines
+    start = table.splitlines()[0].index("statement")
+    assert all(len(line[start:].split("  ")[0]) <= cli.STATEMENT_WIDTH for line in body)
+    # control: a short statement stays on one line
+    monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", _stub("thm3.3b", statement="short"))
+    assert main(["check", "thm3.3b"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2

@@ -1,4 +1,4 @@
-"""Determinism (issue 6, item 5): the same inputs and seed give bitwise-identical arrays on rerun."""
+"""Determinism: the same inputs and seed give bitwise-identical arrays on rerun."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Numerics at the extremes (issue 6, item 3): huge logit gaps and spreads, underflowed weights,
+"""Numerics at the extremes: huge logit gaps and spreads, underflowed weights,
 long horizons, exact ties. Expected values come from hand formulas in float64 (exact centred form)."""
 
 import jax
@@ -20,7 +20,7 @@ def _gap_problem(gap, dtype):
 
 
 def _exact_da(V, a, bs):
-    """da_i/dt = s_i Σ_j s_j (w_i − w_j), w = γ Vᵀβ* (SPEC §3.2), summed pairwise in float64: no 1 − s_top."""
+    """da_i/dt = s_i Σ_j s_j (w_i − w_j), w = γ Vᵀβ* (the reduced (u, a) system, docs/model.md), summed pairwise in float64: no 1 − s_top."""
     V, a = V.astype(np.float64), a.astype(np.float64)
     s = np.exp(a - a.max())
     s /= s.sum()

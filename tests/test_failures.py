@@ -1,4 +1,4 @@
-"""Structured failures (issue 6, item 2): a run that turns non-finite, stalls or runs out of steps
+"""Structured failures: a run that turns non-finite, stalls or runs out of steps
 ends with its status, the time it happened and the last finite state; nothing non-finite reaches
 the metrics. A failing lane of a batch leaves the other lanes untouched."""
 

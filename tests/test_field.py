@@ -1,4 +1,4 @@
-"""The autodiff field against hand-written formulas (SPEC §3.1–3.3, Lemma D.2)."""
+"""The autodiff field against hand-written formulas (Eqs. 2–4, Lemma 3.5, appendix Lemma D.2)."""
 
 import jax
 import jax.numpy as jnp
@@ -60,7 +60,7 @@ def test_square_design_field_matches_hand_formula(seed):
 
 
 def test_reduced_u_a_system():
-    """SPEC §3.2: u̇ = γ‖β*‖² s, ȧ = γ s (u − ū), with γ = 1/(1+exp⟨s,u⟩)."""
+    """The reduced (u, a) system (docs/model.md; Eqs. 6/7 with the sign corrected): u̇ = γ‖β*‖² s, ȧ = γ s (u − ū), with γ = 1/(1+exp⟨s,u⟩)."""
     V, a, bs = _problem(3, d=6, n=6)
     model = gradflow.get_model("value-softmax")
     loss = gradflow.LogisticTeacher(bs)
@@ -74,7 +74,7 @@ def test_reduced_u_a_system():
 
 
 def test_output_response_lemma_d2():
-    """dβ/dt = (‖s‖² I + V J(s)² Vᵀ) r (SPEC §3.1, corrected Lemma D.2), via the chain rule."""
+    """dβ/dt = (‖s‖² I + V J(s)² Vᵀ) r (appendix Lemma D.2, with the square the printed version drops), via the chain rule."""
     V, a, bs = _problem(4, d=5, n=7)
     model = gradflow.get_model("value-softmax")
     loss = gradflow.LogisticTeacher(bs)

@@ -1,6 +1,6 @@
 """``import gradflow`` loads only what a flow needs (jax, equinox, diffrax and gradflow's engine):
 plotting, optax, progress bars, xarray, the transformer code of the paper's Sec. 4 and the
-test-only libraries load when first used. A cold process pays every import (issue 18's cold
+test-only libraries load when first used. A cold process pays every import (the cold
 start; measured in ``benchmarks/``)."""
 
 import json

@@ -1,4 +1,4 @@
-"""Kinked maps under ``solver="auto"`` (issue 14): the L1 map's flow slides along its kinks
+"""Kinked maps under ``solver="auto"``: the L1 map's flow slides along its kinks
 (Filippov) to ``t1`` and agrees with gradient descent to first order in the step size."""
 
 import numpy as np

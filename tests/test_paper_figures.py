@@ -14,7 +14,7 @@ from gradflow.sims.draws import conditioning_init, kl_init, massive_init, normal
 
 
 def test_draws_follow_the_spec_order():
-    """Hand-written draw sequences (SPEC §6) against the helpers."""
+    """Hand-written draw sequences (the authors' notebook, as listed in figures/README.md) against the helpers."""
     rng = np.random.RandomState(123)
     W, a = 1e-5 * rng.randn(20, 20), 1e-3 * rng.randn(20)
     Xr = rng.randn(20, 20)

@@ -1,10 +1,13 @@
 """The engine policy's front door: ``rest_stop``, the deprecated ``steady``, bad input, the
-README's two-layer example (``∫ L dt`` to ``t1``, not to the stop), and the mutation table's
+README's example, run from the README (``∫ L dt`` to ``t1``, not to the stop), and the mutation table's
 originals (each mutation must find its text, or ``python -m tests.mutate`` mutates nothing)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import pathlib
+import re
 import warnings
 
 import jax.numpy as jnp
@@ -61,19 +64,38 @@ def test_bad_rest_settings_are_refused(kw, match):
         gradflow.integrate(QUAD, {"w": 0.0}, t1=1.0, **kw)
 
 
-def test_readme_two_layer_example_reports_the_area_to_t1():
-    """The README's example: ``∫ L dt`` to ``t1 = 1e6`` is ``L*·t1`` plus the transient, far above
-    its value at the stop (281 in the old engine's output)."""
-    rng = np.random.RandomState(0)
-    X, Y = rng.randn(20, 5), rng.randn(20, 3)
-    loss = lambda p, data: 0.5 * jnp.mean((data[0] @ p["W1"] @ p["W2"] - data[1]) ** 2)
-    params0 = {"W1": 0.1 * rng.randn(5, 4), "W2": 0.1 * rng.randn(4, 3)}
-    sol = gradflow.integrate(loss, params0, args=(X, Y), t1=1e6, quadratures={"area": loss})
+def _readme_example():
+    """The README's Python block and the output block that follows it."""
+    text = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    m = re.search(r"```python\n(.*?)```\s*```text\n(.*?)```", text, re.S)
+    assert m, "README.md: no ```python block followed by its ```text output"
+    return m.group(1), m.group(2)
+
+
+def test_readme_example_prints_what_the_readme_shows():
+    """The README's example, run as printed: its output matches the README's (numbers to 1e-5),
+    the loss at rest is the least-squares residual (``numpy.linalg.lstsq``: the product ``W1 W2``
+    can be any 5 × 3 matrix), and ``∫ L dt`` to ``t1 = 1e6`` is ``L*·t1`` plus the transient, far
+    above its value at the stop (281 in the old engine's output)."""
+    code, shown = _readme_example()
+    out = io.StringIO()
+    scope: dict = {}
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), scope)
+    got, want = out.getvalue().split(), shown.split()
+    assert len(got) == len(want) and got[0] == want[0] == "ok", (got, want)
+    np.testing.assert_allclose([float(x) for x in got[1:]], [float(x) for x in want[1:]], rtol=1e-5)
+    sol, X, Y = scope["sol"], scope["X"], scope["Y"]
+    B = np.linalg.lstsq(X, Y, rcond=None)[0]
+    assert float(sol.loss[-1]) == pytest.approx(0.5 * np.mean((X @ B - Y) ** 2), rel=1e-7)
     t_rest, L_end, area = float(sol.t_steady), float(sol.loss[-1]), float(sol.quadratures["area"][-1])
     at_rest = np.interp(t_rest, np.asarray(sol.t), np.asarray(sol.quadratures["area"]))
     assert sol.status == "ok" and t_rest < 1e6
     assert area == pytest.approx(at_rest + L_end * (1e6 - t_rest), rel=1e-9)
     assert area > at_rest and area > 0.9 * L_end * 1e6
+    # control: the comparison sees a wrong number in the README's output
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose([float(x) for x in got[1:]], [float(want[1]) * 1.001, float(want[2])], rtol=1e-5)
 
 
 def test_every_mutation_finds_its_original_text():

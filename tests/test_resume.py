@@ -1,4 +1,4 @@
-"""Nothing lost (issue 6, item 4): `gradflow figures` killed midway and rerun resumes from what
+"""Nothing lost: `gradflow figures` killed midway and rerun resumes from what
 finished — the finished figure is not recomputed — and leaves no partial or temporary file."""
 
 import json

@@ -16,7 +16,7 @@ def fig2_problem():
 
 
 def conditioning_problem(kappa=5.0, d=20):
-    """SPEC §6 fig3 draws (seed 123): W, a, X with singular values linspace(1, 1/κ), y."""
+    """The Fig. 3 draws of the authors' notebook (seed 123): W, a, X with singular values linspace(1, 1/κ), y."""
     rng = np.random.RandomState(123)
     W = 1e-5 * rng.randn(d, d)
     a = 1e-3 * rng.randn(d)
@@ -67,7 +67,7 @@ def test_square_design_kappa5_matches_scipy():
 
 
 def kl_problem():
-    """The appendix "KL" draws (SPEC §6, seed 123); the authors' (n, k) V transposed to (k, n)."""
+    """The appendix "KL" draws (the authors' notebook, seed 123); the authors' (n, k) V transposed to (k, n)."""
     rng = np.random.RandomState(123)
     V0 = 0.1 * rng.randn(10, 10).T
     a0 = 0.0 * rng.randn(10)
@@ -103,7 +103,7 @@ def test_soft_target_cross_entropy_to_1e6_matches_scipy_radau():
 
 
 def test_invariants_logistic():
-    """Σ a_i constant; the part of V orthogonal to β* frozen (SPEC §3.5)."""
+    """Σ a_i constant; the part of V orthogonal to β* frozen (docs/model.md, "Conserved and monotone quantities")."""
     V0, a0, bs = fig2_problem()
     traj = gradflow.simulate(gradflow.LogisticTeacher(bs), V0, a0, t1=1e12, rtol=1e-10, atol=1e-12)
     sums = np.asarray(traj.a).sum(axis=1)

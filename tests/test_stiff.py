@@ -1,4 +1,4 @@
-"""Stiffness detection and the implicit phase of ``solver="auto"`` (issue 14): against SciPy's
+"""Stiffness detection and the implicit phase of ``solver="auto"``: against SciPy's
 Radau at tight tolerance, the detector against known spectra, and negative controls."""
 
 import importlib

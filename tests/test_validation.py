@@ -1,5 +1,5 @@
 """Bad input at every public boundary: one GradflowValueError (a ValueError) per case, whose one-line
-message names the argument, the value received and what is accepted (issue 6, item 1)."""
+message names the argument, the value received and what is accepted."""
 
 import jax.numpy as jnp
 import numpy as np

@@ -4,6 +4,7 @@ negative control."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -88,9 +89,19 @@ def run_check(check_id: str, trials: int = DEFAULT_TRIALS, seed: int = 0) -> Che
     return fn(trials, seed)
 
 
-def run_checks(ids: Sequence[str] | None = None, trials: int = DEFAULT_TRIALS, seed: int = 0) -> list[CheckResult]:
+def run_checks(ids: Sequence[str] | None = None, trials: int = DEFAULT_TRIALS, seed: int = 0,
+               on_result: Callable[[CheckResult, float], None] | None = None) -> list[CheckResult]:
     """Run several checks (default: all, in registry order); all ids are validated first.
-    Checks share cached experiments, so running them together is much cheaper than one by one."""
+    Checks share cached experiments, so running them together is much cheaper than one by one.
+
+    ``on_result(result, seconds)``, if given, is called as each check finishes, with its wall time
+    in seconds (the command line prints one progress line per check from it)."""
     runners = [CHECKS[cid] for cid in check_ids()] if not ids else [get_check(cid) for cid in ids]
     _validate(trials, seed)
-    return [run(trials, seed) for run in runners]
+    results = []
+    for run in runners:
+        start = time.perf_counter()
+        results.append(run(trials, seed))
+        if on_result is not None:
+            on_result(results[-1], time.perf_counter() - start)
+    return results

@@ -20,13 +20,14 @@ result file yet (committed ones in ``figures/transformer-runs/paper/`` first). S
 
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
 
 from gradflow.sims.sec4.grids import (QUICK_VARIANTS, VARIANTS, applies, collect, find_result, group_runs, induction_runs,
                                 make_config, variant_name)
-from gradflow.sims.sec4.train import run_name
+from gradflow.sims.sec4.train import code_hash, run_name
 
 __all__ = ["config", "compute", "VARIANT_LABELS", "variant_label", "figure"]
 
@@ -54,8 +55,14 @@ def figure(id: str, title: str, plot, summary, tasks=("induction", "groups")):
     from gradflow.sims.build import Figure
 
     return Figure(id=id, title=title, config=lambda quick: config(quick, tasks), compute=compute, plot=plot,
-                  summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg)}, long_paper_scale=True,
-                  version=3)  # 3: the authors' settings (earlier results are not reused)
+                  summary=lambda data, cfg: {**seed_note(cfg), **summary(data, cfg), "runs": runs(data)},
+                  long_paper_scale=True)
+
+
+def runs(data: dict) -> list[dict]:
+    """Per run behind the figure: its name, whether this build trained it or loaded it, from which
+    file, and the code hash it was trained at (``compute``'s ``runs_origin``)."""
+    return json.loads(str(data["runs_origin"])) if "runs_origin" in data else []
 
 
 def per_variant(row):
@@ -94,7 +101,7 @@ def config(quick: bool, tasks=("induction", "groups")) -> dict:
     :class:`~gradflow.sims.sec4.train.RunConfig` field: ``n_layers``, ``n_heads``, ``vocab``,
     ``shift_query``, ``early_stop``, ``lr``, ``sink_rows`` …) and whether missing runs are trained."""
     variants = QUICK_VARIANTS if quick else VARIANTS
-    cfg = {"scale": "quick" if quick else "paper", "variants": [variant_name(*v) for v in variants],
+    cfg = {"scale": "quick" if quick else "paper", "code_hash": code_hash(), "variants": [variant_name(*v) for v in variants],
            "seeds": list(SEEDS), "tasks": list(tasks), "train_missing": _train_missing(quick)}
     if "induction" in tasks:
         cfg["induction_runs"] = [_recorded("induction", s) for s in induction_runs(quick, SEEDS)]
@@ -145,9 +152,11 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
     variants = sorted([v for v in VARIANTS if variant_name(*v) in names], key=lambda v: names.index(variant_name(*v)))
     V = len(variants)
     out: dict[str, np.ndarray] = {}
+    origin_runs: list[dict] = []
     if "induction" in cfg["tasks"]:
         settings = _settings(cfg, "induction")
         res = collect("induction", variants, settings, quick, train_missing=cfg["train_missing"], progress=progress)
+        origin_runs += list(res.values())
         R = len(settings)
         L = max(s["n_layers"] for s in cfg["induction_runs"])
         H = max(s["n_heads"] for s in cfg["induction_runs"])
@@ -187,6 +196,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
     if "groups" in cfg["tasks"]:
         settings = _settings(cfg, "groups")
         res = collect("groups", variants, settings, quick, train_missing=cfg["train_missing"], progress=progress)
+        origin_runs += list(res.values())
         G = len(settings)
         L = max(s["n_layers"] for s in cfg["group_runs"])
         H = max(s["n_heads"] for s in cfg["group_runs"])
@@ -207,7 +217,10 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
                 o["diverged_step_groups"][i, g] = h["diverged_step"]
             o["train_seconds_groups"][i, g] = h["train_seconds"]
         out.update(o)
-    return {k: np.where(np.isnan(v), MISSING, v) if v.dtype.kind == "f" else v for k, v in out.items()}
+    out = {k: np.where(np.isnan(v), MISSING, v) if v.dtype.kind == "f" else v for k, v in out.items()}
+    origins = [{"name": r.get("name"), **r["origin"]} for r in origin_runs if "origin" in r]
+    out["runs_origin"] = np.array(json.dumps(origins))
+    return out
 
 
 def finite(values) -> list:

@@ -17,13 +17,14 @@ the authors' ``sweeps/*.yaml`` as the paper's panels filter them):
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import sys
 
 from gradflow import GradflowValueError
-from gradflow.sims.sec4.train import RunConfig, group_config, induction_config, load_result, run, run_name
+from gradflow._errors import ArgumentParser
+from gradflow.sims.sec4.train import (RunConfig, group_config, induction_config, load_result, run, run_name,
+                                      with_origin)
 
 __all__ = ["VARIANTS", "QUICK_VARIANTS", "variant_name", "induction_runs", "group_runs", "find_result",
            "collect", "cache_root", "committed_root", "RUNS_CACHE_ENV", "COMMITTED_RUNS_ENV", "QUICK_INDUCTION",
@@ -131,7 +132,7 @@ def find_result(cfg: RunConfig, quick: bool) -> tuple[str, dict] | None:
         if os.path.exists(path):
             res = load_result(path)
             if res["config"] == cfg.to_dict():
-                return path, res
+                return path, with_origin(res, "loaded", path)
     return None
 
 
@@ -155,7 +156,7 @@ def collect(task: str, variants, settings: list[dict], quick: bool, *, train_mis
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gradflow.sims.sec4.grids", description=__doc__.splitlines()[0])
+    p = ArgumentParser(prog="python -m gradflow.sims.sec4.grids", description=__doc__.splitlines()[0])
     p.add_argument("grid", choices=["sinks", "flips", "control"])
     p.add_argument("--quick", action="store_true", help="CI scale instead of paper scale")
     names = {variant_name(*v): v for v in VARIANTS}

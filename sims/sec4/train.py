@@ -586,6 +586,26 @@ def measure(model, cfg: RunConfig) -> dict:
 
 
 SCALARS = ("induction_acc", "group_acc", "flip_rate", "n_pairs")
+CODE_MODULES = ("gradflow.sims.sec4.train", "gradflow.sims.sec4.model", "gradflow.sims.sec4.tasks",
+                "gradflow.sims.sec4.kernels")
+"""The modules whose source produces a run: training, the model, the data and the attention kernels."""
+
+
+def code_hash() -> str:
+    """Hash of the source of :data:`CODE_MODULES` (:func:`gradflow._provenance.source_hash`): a new
+    run's result file records it, and the Sec. 4 figures key their cached data by it (instead of a
+    hand-bumped version), so an edit to the training code recomputes them."""
+    from gradflow._provenance import source_hash
+
+    return source_hash(*CODE_MODULES)
+
+
+def with_origin(res: dict, how: str, path: str) -> dict:
+    """``res`` with ``res["origin"] = {"how": "trained" | "loaded", "path", "code_hash"}``: whether
+    this call trained the run or loaded a finished result file, from where, and the code hash it
+    was trained at (``None`` for runs trained before result files recorded it)."""
+    rel = os.path.relpath(path)  # a committed run reads as figures/transformer-runs/…, not a machine's path
+    return {**res, "origin": {"how": how, "path": path if rel.startswith("..") else rel, "code_hash": res.get("code_hash")}}
 
 
 def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, search: tuple[str, ...] = ()) -> dict:
@@ -605,19 +625,19 @@ def run(cfg: RunConfig, cache_dir: str, *, progress: bool = True, search: tuple[
         if os.path.exists(path):
             res = load_result(path)
             if res["config"] == cfg.to_dict():
-                return res
+                return with_origin(res, "loaded", path)
     ckpt = os.path.join(cache_dir, "ckpt")
     os.makedirs(ckpt, exist_ok=True)
     start = time.perf_counter()
     model, hist = train(cfg, checkpoint=os.path.join(ckpt, run_name(cfg)), progress=progress)
     arrays = measure(model, cfg)
     scalars = {k: arrays.pop(k) for k in SCALARS if k in arrays}
-    meta = {"config": cfg.to_dict(), "name": run_name(cfg), **scalars, "history": hist,
+    meta = {"config": cfg.to_dict(), "name": run_name(cfg), "code_hash": code_hash(), **scalars, "history": hist,
             "diverged": hist.get("diverged_step") is not None, "measure_seconds": time.perf_counter() - start}
     arrays = {k: np.asarray(v) for k, v in arrays.items()}
     path = os.path.join(cache_dir, name)
     atomic_write(path, lambda f: np.savez(f, meta=np.array(json.dumps(meta)), **arrays))
-    return load_result(path)
+    return with_origin(load_result(path), "trained", path)
 
 
 def load_result(path: str) -> dict:

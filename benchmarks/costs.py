@@ -1,13 +1,13 @@
-"""Issue 18's performance rows: batch throughput, per-call overhead, scale in ``n`` and memory.
+"""What a solve costs: batch throughput, per-call overhead, scale in ``n`` and memory.
 
-``python -m benchmarks.perf18 [--quick] [--out PATH]`` prints JSON and writes a Markdown report
-(default ``benchmarks/PERF18.md`` and ``.json`` beside it). Every verdict is a ratio against a
+``python -m benchmarks.costs [--quick] [--out PATH]`` prints JSON and writes a Markdown report
+(default ``benchmarks/COSTS.md`` and ``.json`` beside it). Every verdict is a ratio against a
 baseline measured in the same run (the machine is shared: absolute times are noisy):
 
 * ``batch``: 1024 seeds of Fig. 2's problem (n = d = 8, logistic teacher, one teacher per seed)
   to ``t = 1e12`` at rtol 1e-8, warm: ``simulate_batch`` as shipped (Dopri8 with its stages
   unrolled under ``vmap``, ``gradflow._engine.erk``), the same call with diffrax's own
-  Dopri8 (its stage loop, the engine before issue 18), a SciPy DOP853 loop (measured on 32 seeds,
+  Dopri8 (its stage loop, the engine before the stages were unrolled), a SciPy DOP853 loop (measured on 32 seeds,
   extrapolated), and the *field floor*: the vmapped field alone, evaluated as many times as the
   solve evaluates it (13 per step × the slowest lane's steps) — what the arithmetic costs on
   XLA:CPU. Per-lane-step cost = time / (lanes × steps of the slowest lane: under ``vmap`` every
@@ -42,7 +42,7 @@ ROOT = os.path.dirname(HERE)
 
 @contextlib.contextmanager
 def diffrax_stage_loop():
-    """Batched solves with diffrax's own ``Dopri8`` (the engine before issue 18)."""
+    """Batched solves with diffrax's own ``Dopri8`` (the engine before the stages were unrolled)."""
     import diffrax
     import jax
 
@@ -97,7 +97,7 @@ def bench_batch(q, R) -> dict:
     import gradflow
     from gradflow.internal import engine_batch, usable_cores
 
-    from .__main__ import TS_1E12, draws
+    from .problems import TS_1E12, draws
     from .baselines import scipy_flow
 
     B, B_scipy = q(1024, 16), q(32, 2)
@@ -152,7 +152,7 @@ def bench_batch(q, R) -> dict:
 def bench_per_call(q, R) -> list:
     import gradflow
 
-    from .__main__ import tolerance_case
+    from .problems import tolerance_case
     from .baselines import scipy_flow
 
     V0, a0, bs, ts, err, loss, bare = tolerance_case()
@@ -223,7 +223,7 @@ SCALE = r"""
 import json, resource, sys, time
 import numpy as np
 import gradflow
-from benchmarks.__main__ import draws, fig2_draws, TS_1E12
+from benchmarks.problems import draws, fig2_draws, TS_1E12
 def rss():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
 base = rss()
@@ -259,7 +259,7 @@ def _scale_run(kind: str, size: int, repeats: int, cpu_devices: int = 1) -> dict
 
 def bench_scale(q, R) -> dict:
     from .baselines import scipy_flow
-    from .__main__ import fig2_draws
+    from .problems import fig2_draws
 
     n = q(1024, 32)
     big = _scale_run("n", n, R(3))
@@ -277,14 +277,14 @@ def bench_scale(q, R) -> dict:
 def report(res: dict, quick: bool) -> str:
     b, pc, sc = res["batch"], res["per_call"], res["scale"]
     ok = lambda c: "met" if c else "**missed**"
-    L = [f"# Issue 18 performance rows{' (QUICK smoke run: numbers meaningless)' if quick else ''}", "",
-         f"`python -m benchmarks.perf18{' --quick' if quick else ''}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+    L = [f"# What a solve costs: batch throughput, per-call overhead, scale{' (QUICK smoke run: numbers meaningless)' if quick else ''}", "",
+         f"`python -m benchmarks.costs{' --quick' if quick else ''}`, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
          f"load average at start {res['load']:.1f} on {os.cpu_count()} cores (a shared machine: read the ratios, "
          "not the absolute times).", "",
          f"## Batch throughput: {b['B']} seeds of Fig. 2's problem to t = 1e12 (rtol 1e-8), warm", "",
          "| run | time (s) | µs per lane-step | SciPy loop / this |", "|---|---|---|---|",
          f"| gradflow `simulate_batch` (unrolled Dopri8 stages) | {b['time_s']:.3f} | {b['us_per_lane_step']:.2f} | {b['ratio_scipy']:.0f}× |",
-         f"| same, diffrax's Dopri8 stage loop (engine before issue 18) | {b['time_stage_loop_s']:.3f} | "
+         f"| same, diffrax's Dopri8 stage loop (engine before the stages were unrolled) | {b['time_stage_loop_s']:.3f} | "
          f"{b['us_per_lane_step_stage_loop']:.2f} | {b['ratio_scipy_stage_loop']:.0f}× |",
          f"| field floor: the vmapped field alone, 13 evaluations × {b['steps_max']} steps | {b['floor_s']:.3f} | "
          f"{b['floor_us_per_lane_step']:.2f} | – |",
@@ -314,7 +314,7 @@ def report(res: dict, quick: bool) -> str:
          "(`gradflow/_engine/erk.py`: each stage input one fused elementwise sum of the earlier stages) the "
          "transposes are gone; what remains above the field floor is diffrax's per-step bookkeeping under `vmap` "
          "(controller, selects of the carried state on the batched predicate, the save loop's interpolation).", "",
-         f"Target (issue 18): ≥ 3× the old ratio against the SciPy loop (0.15 s vs 0.45–0.50 s): "
+         f"Target: ≥ 3× the old ratio against the SciPy loop (0.15 s vs 0.45–0.50 s): "
          f"{b['ratio_scipy'] / b['ratio_scipy_stage_loop']:.2f}× in this run: {ok(b['ratio_scipy'] / b['ratio_scipy_stage_loop'] >= 3)}.", "",
          "## Per-call overhead: one trajectory to t = 1e12 (n = d = 8)", "",
          "| rtol | simulate (ms) | bare diffeqsolve (ms) | overhead (ms) | error | LSODA at equal accuracy: rtol, ms, error | LSODA / simulate | LSODA / bare |",
@@ -358,9 +358,9 @@ def main(argv=None) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    p = argparse.ArgumentParser(prog="python -m benchmarks.perf18", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.costs", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run at small sizes (numbers meaningless)")
-    p.add_argument("--out", default=os.path.join(HERE, "PERF18.md"), help="report path (default benchmarks/PERF18.md)")
+    p.add_argument("--out", default=os.path.join(HERE, "COSTS.md"), help="report path (default benchmarks/COSTS.md)")
     p.add_argument("--only", nargs="*", choices=("batch", "per_call", "scale"), help="sections to run (default all)")
     args = p.parse_args(argv)
     q = (lambda full, quick: quick) if args.quick else (lambda full, quick: full)
@@ -371,7 +371,7 @@ def main(argv=None) -> int:
             continue
         t0 = time.perf_counter()
         res[name] = fn(q, R)
-        print(f"perf18: {name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+        print(f"costs: {name} done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     print(json.dumps(res, indent=1, default=float))
     if not args.only:
         _write(args.out, report(res, args.quick))
