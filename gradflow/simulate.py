@@ -276,7 +276,7 @@ def simulate_batch(
     device unless told otherwise, and a batch then runs on one core: set the environment variable
     ``JAX_NUM_CPU_DEVICES`` to the number of cores (or call
     ``jax.config.update("jax_num_cpu_devices", n)`` before the first JAX computation) to get one
-    device per core, over which the lanes are then spread (measured in ``benchmarks/PERF18.md``).
+    device per core, over which the lanes are then spread (measured in ``benchmarks/COSTS.md``).
     Solves run in rounds of :data:`ROUND_STEPS` steps, and only the lanes still running take part in the next round,
     so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)
     and solver settings other than the tolerances are compiled once per process: ``t1``,

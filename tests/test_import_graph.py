@@ -17,11 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = {"gradflow": ROOT / "gradflow", "gradflow.theory": ROOT / "theory", "gradflow.sims": ROOT / "sims",
             "benchmarks": ROOT / "benchmarks"}
 # edges allowed for now, each with the reason; an entry whose edge is gone fails the test below
-KNOWN = {
-    ("gradflow.trajectory", "gradflow._xarray"): "removed by the engine refactor",
-    ("gradflow._engine._export", "gradflow"): "the exported-program cache reads gradflow's version through the "
-                                              "package; _export.py is being rewritten with the engine",
-}
+KNOWN: dict = {}
 
 
 def modules(packages: dict[str, pathlib.Path]) -> dict[str, pathlib.Path]:

@@ -4,7 +4,7 @@ JAX's persistent compilation cache skips XLA's compilation in a new process, but
 tracing and lowering of the Python program that precede it: a cold process making Fig. 2's data
 with the cache hit spent 1.4–1.9 s tracing ``_first_round`` (diffrax's solve, the events, the
 finish) and 0.3–0.5 s lowering it, against 0.2–0.3 s loading its executable
-(``benchmarks/PERF18.md``). With the compilation cache on
+(``benchmarks/COSTS.md``). With the compilation cache on
 (:func:`gradflow.enable_compilation_cache`), :func:`compiled` stores a solve in
 ``<cache folder>/gradflow-exported/`` twice: its traced program as a :class:`jax.export.Exported`
 (``<name>-<key hash>``) and the executable compiled from that program
@@ -107,9 +107,7 @@ def _file_hash(path: str) -> str:
 
 def _package_hash() -> str:
     """SHA-256 over the ``.py`` files of the ``gradflow`` package folder (engine included)."""
-    import gradflow
-
-    root = os.path.dirname(os.path.abspath(gradflow.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradflow/ (this file: gradflow/_engine/)
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()

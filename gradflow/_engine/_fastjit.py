@@ -4,7 +4,7 @@ A single ``simulate`` of a small problem runs for 1–3 ms, and ``equinox.filter
 0.1 ms per call on the host (binding the signature, partitioning the arguments into arrays and
 static values twice, its error-handling wrapper) where a plain :func:`jax.jit` call with the same
 arrays spends about 15 µs (best of 2000 calls with ``_first_round``'s arguments, on the 2-core
-development machine; ``benchmarks/perf18.py`` reports ``simulate``'s host work). This wrapper partitions
+development machine; ``benchmarks/costs.py`` reports ``simulate``'s host work). This wrapper partitions
 the arguments once (array leaves are traced; every other leaf is static, hashed together with the
 tree structure, as in equinox) and calls one :func:`jax.jit` whose compiled executables JAX keys
 by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on a cache hit,

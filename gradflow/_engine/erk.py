@@ -115,7 +115,7 @@ def _weighted(y0, coeffs, ks):
 class UnrolledDopri8(diffrax.Dopri8):
     """:class:`diffrax.Dopri8` with the stage loop unrolled (see the module docstring).
 
-    Measured (``benchmarks/perf18.py``, 1024 lanes of Fig. 2's problem): about 1.8× faster per
+    Measured (``benchmarks/costs.py``, 1024 lanes of Fig. 2's problem): about 1.8× faster per
     batched solve than ``diffrax.Dopri8``; a first compile about 1.4× longer (13 traced field
     evaluations instead of one). A variant with its own ``fori_loop`` over stages and a fused
     multiply-reduce per stage (one traced field) was no faster than diffrax's loop."""
