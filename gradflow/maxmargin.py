@@ -506,12 +506,13 @@ class NuclearSVMSolution(eqx.Module):
     residuals: dict
 
 
-def numerical_rank(W: Float[ArrayLike, "... d e"], rtol: float = 1e-3) -> np.ndarray:
+def numerical_rank(W: Float[ArrayLike, "... d e"], rtol: float = 1e-3) -> int | np.ndarray:
     """Number of singular values of ``W`` above ``rtol · σ_max(W)`` (``int``, or an int array
     over leading axes); 0 for ``W = 0``. NumPy, float64."""
     s = np.linalg.svd(np.asarray(W, float), compute_uv=False)
     top = s[..., :1]
-    return np.sum((s > rtol * top) & (top > 0), axis=-1)
+    r = np.sum((s > rtol * top) & (top > 0), axis=-1)
+    return int(r) if r.ndim == 0 else r
 
 
 SVM_CERT_TOL = 1e-7
