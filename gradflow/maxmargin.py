@@ -15,7 +15,14 @@ Machines" (2023). Notation (theirs):
   (their Eq. att-SVM); for ``W`` the same with ``(x_{i,opt_i} − x_it)ᵀ W z_i`` and the
   Frobenius norm. Gradient descent (and the flow) diverge in norm with direction
   ``p/‖p‖ → p_mm/‖p_mm‖``: globally when each sample's non-optimal tokens share one score,
-  locally in general; the regularisation path ``argmin_{‖p‖≤R} L`` does so globally.
+  locally in general; the regularisation path ``argmin_{‖p‖≤R} L`` does so globally;
+* factorised key–query attention ``softmax(X_i K Qᵀ z_i)`` with ``K, Q ∈ R^{d×m}``: its
+  regularisation path (in ``‖K‖²_F + ‖Q‖²_F``) turns to the *nuclear-norm* att-SVM
+  ``argmin ‖W‖_* s.t. (x_{i,opt_i} − x_it)ᵀ W z_i ≥ 1`` (for ``m`` at least that solution's rank)
+  instead of the Frobenius one (Tarzanagh, Li, Thrampoulidis, Oymak 2023, the (K,Q) case of
+  their regularisation-path theorem; gradient flow on the exponential loss: Sheen, Chen, Wang,
+  Zhou, "Implicit Regularization of Gradient Flow on One-Layer Softmax Attention", 2024, under
+  diagonal or aligned initialisations).
 
 All softmaxes are :func:`gradflow.softmax` (exact derivatives at large logit gaps, which is where
 the direction converges). Losses take ``(params, data)`` so that they plug into
@@ -47,10 +54,17 @@ __all__ = [
     "p_loss",
     "pv_loss",
     "kq_loss",
+    "kq_factored_attention",
+    "kq_factored_loss",
+    "kqv_factored_loss",
+    "kq_factors_init",
     "log_excess_loss",
     "SVMSolution",
     "att_svm",
     "att_svm_kq",
+    "NuclearSVMSolution",
+    "att_svm_nuclear",
+    "numerical_rank",
     "value_svm",
     "cosine",
 ]
@@ -258,6 +272,53 @@ def kq_loss(W: Float[ArrayLike, "d d"], data: TokenData) -> Float[Array, ""]:
     return jnp.mean(logistic(data.Y * f))
 
 
+def kq_factored_attention(K: Float[ArrayLike, "d m"], Q: Float[ArrayLike, "d m"], X: Float[ArrayLike, "T d"],
+                          z: Float[ArrayLike, " d"], v: Float[ArrayLike, " d"]) -> Float[Array, ""]:
+    """Factorised key–query attention ``f(X) = vᵀ Xᵀ softmax(X K Qᵀ z)`` for one sample (scalar),
+    ``K, Q`` ``float[d, m]``: :func:`kq_attention` with ``W = K Qᵀ`` (rank ≤ ``m``)."""
+    return v @ (X.T @ softmax(X @ (K @ (Q.T @ z))))
+
+
+def kq_factored_loss(params: dict, data: TokenData) -> Float[Array, ""]:
+    """``L(K, Q)`` of :func:`kq_factored_attention` with ``v = data.v`` fixed;
+    ``params = {"K": (d, m), "Q": (d, m)}``. Its value is :func:`kq_loss` at ``W = K Qᵀ``; its
+    gradient flow is not that of ``W`` (``dW/dt = −(∇L Q Qᵀ + K Kᵀ ∇L)`` along it)."""
+    f = jax.vmap(kq_factored_attention, in_axes=(None, None, 0, 0, None))(params["K"], params["Q"], data.X, data.Z,
+                                                                          data.v)
+    return jnp.mean(logistic(data.Y * f))
+
+
+def kqv_factored_loss(params: dict, data: TokenData) -> Float[Array, ""]:
+    """``L(K, Q, v)``: :func:`kq_factored_loss` with the head ``v`` trained jointly;
+    ``params = {"K": (d, m), "Q": (d, m), "v": (d,)}``."""
+    f = jax.vmap(kq_factored_attention, in_axes=(None, None, 0, 0, None))(params["K"], params["Q"], data.X, data.Z,
+                                                                          params["v"])
+    return jnp.mean(logistic(data.Y * f))
+
+
+def kq_factors_init(seed: int, d: int, m: int | None = None, scale: float = 1e-2) -> dict:
+    """A small random start of the factorised model: ``{"K": (d, m), "Q": (d, m)}`` with entries
+    ``N(0, scale²)`` (NumPy ``default_rng(seed)``, ``K`` drawn first), float64.
+
+    ``K = Q = 0`` is a stationary point (both gradients vanish there), so the factorised flow
+    needs a non-zero start; ``W = K Qᵀ`` then starts at size ``~ scale²``.
+
+    **Arguments:** ``seed`` int ≥ 0; ``d`` int ≥ 1; ``m`` int in ``[1, d]`` (default ``d``);
+    ``scale`` finite float > 0 (default ``1e-2``).
+    **Raises:** :class:`GradflowValueError` for values outside these ranges.
+    """
+    seed, d = _positive_int("seed", seed, 0), _positive_int("d", d)
+    m = d if m is None else _positive_int("m", m)
+    if m > d:
+        raise bad_arg("m", m, f"an int in [1, d = {d}]")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+        raise bad_arg("scale", scale, "a finite float > 0")
+    rng = np.random.default_rng(seed)
+    K = scale * rng.normal(size=(d, m))
+    Q = scale * rng.normal(size=(d, m))
+    return {"K": jnp.asarray(K), "Q": jnp.asarray(Q)}
+
+
 def log_excess_loss(p: Float[ArrayLike, " d"], data: TokenData) -> Float[Array, ""]:
     """``log(L(p) − L*)`` for p-attention with ``v`` fixed, where ``L* = (1/n) Σ ℓ(γ_{i,opt_i})``
     is the infimum when each ``opt_i`` has the sample's top score (all weight on it).
@@ -421,3 +482,98 @@ def value_svm(X, Y, opt) -> SVMSolution:
     A = np.asarray(Y, float)[:, None] * Xn[np.arange(n), np.asarray(optn)]
     w, lam = _min_norm(A, "X, Y, opt")
     return SVMSolution(w=w, A=A, dual=lam, active=lam > 0, margin=float(1 / np.linalg.norm(w)))
+
+
+class NuclearSVMSolution(eqx.Module):
+    """The nuclear-norm att-SVM ``argmin ‖W‖_* s.t. A vec(W) ≥ 1`` and its dual certificate.
+
+    **Fields:** ``w`` (``float[d, d]``, the solution ``W_*``), ``A`` (``float[m, d²]``, constraint
+    rows ``vec((x_opt − x_t) z_iᵀ)``, row-major ``vec``), ``dual`` (``float[m]``, multipliers
+    ``λ ≥ 0``), ``dual_matrix`` (``float[d, d]``, ``G = Σ_j λ_j A_j``: optimality means ``‖G‖_op ≤ 1``
+    and ``⟨G, W_*⟩ = ‖W_*‖_* = Σ_j λ_j``, i.e. ``G ∈ ∂‖W_*‖_*``), ``active`` (``bool[m]``,
+    constraints with ``λ_j > 0``), ``margin`` (``1/‖W_*‖_*``), ``rank`` (numerical rank of ``W_*``,
+    :func:`numerical_rank` at ``rtol = 1e-6``), ``residuals`` (``dict``: primal infeasibility,
+    ``‖G‖_op − 1``, relative duality gap, complementary slackness, as verified).
+    """
+
+    w: np.ndarray
+    A: np.ndarray
+    dual: np.ndarray
+    dual_matrix: np.ndarray
+    active: np.ndarray
+    margin: float
+    rank: int
+    residuals: dict
+
+
+def numerical_rank(W: Float[ArrayLike, "... d e"], rtol: float = 1e-3) -> int | np.ndarray:
+    """Number of singular values of ``W`` above ``rtol · σ_max(W)`` (``int``, or an int array
+    over leading axes); 0 for ``W = 0``. NumPy, float64."""
+    s = np.linalg.svd(np.asarray(W, float), compute_uv=False)
+    top = s[..., :1]
+    r = np.sum((s > rtol * top) & (top > 0), axis=-1)
+    return int(r) if r.ndim == 0 else r
+
+
+SVM_CERT_TOL = 1e-7
+"""Largest residual :func:`att_svm_nuclear` accepts in its certificate (relative, see there)."""
+
+
+def att_svm_nuclear(X, Y, v, opt, Z) -> NuclearSVMSolution:
+    """The nuclear-norm att-SVM of key–query attention:
+    ``W_* = argmin ‖W‖_* s.t. (x_{i,opt_i} − x_it)ᵀ W z_i ≥ 1`` for all ``t ≠ opt_i``, all ``i`` —
+    the constraints of :func:`att_svm_kq` (same rows, same order) under the nuclear norm
+    (Tarzanagh, Li, Thrampoulidis, Oymak, "Transformers as Support Vector Machines", 2023,
+    arXiv:2308.16898: the SVM that the regularisation path of ``W = K Qᵀ`` turns to).
+
+    Solved with CVXPY's ``normNuc`` atom (a semidefinite program) and Clarabel at tolerances
+    ``1e-10``; the multipliers ``λ`` of the margin constraints are returned with the certificate
+    ``G = Σ_j λ_j A_j``, and the solution is accepted only if, to :data:`SVM_CERT_TOL` (relative
+    to ``‖W_*‖_*`` where a scale enters): ``A vec(W_*) ≥ 1``, ``λ ≥ 0``, ``‖G‖_op ≤ 1``,
+    ``Σ_j λ_j = ‖W_*‖_*`` (zero duality gap; with the former, ``G ∈ ∂‖W_*‖_*``) and
+    ``λ_j (A_j vec(W_*) − 1) = 0``.
+
+    **Arguments:** ``X`` ``float[n, T, d]``; ``Y`` ``float[n]`` (``±1``); ``v`` ``float[d]``;
+    ``opt`` ``int[n]`` in ``[0, T)``; ``Z`` ``float[n, d]`` (query tokens ``z_i``). ``Y`` and ``v`` do
+    not enter the constraints; they are validated so that the call states the full problem.
+    **Returns:** :class:`NuclearSVMSolution`.
+    **Raises:** :class:`GradflowValueError` for malformed inputs or an infeasible selection;
+    ``ImportError`` without CVXPY (a dependency of the package); ``RuntimeError`` where the
+    solver ends without a point that passes the certificate.
+    """
+    import cvxpy as cp
+
+    data = TokenData(X, Y, v, opt, Z)
+    Xn, optn, Zn = np.asarray(data.X), np.asarray(data.opt), np.asarray(data.Z)
+    d = Xn.shape[2]
+    A = _selection_rows(Xn, optn, "W", Zn)
+    w = cp.Variable(d * d)
+    margins = A @ w >= 1
+    problem = cp.Problem(cp.Minimize(cp.normNuc(cp.reshape(w, (d, d), order="C"))), [margins])
+    try:
+        problem.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    except cp.error.SolverError as err:
+        raise RuntimeError(f"nuclear att-SVM: Clarabel failed ({err})") from None
+    if problem.status in (cp.INFEASIBLE, cp.INFEASIBLE_INACCURATE):
+        raise bad_arg("X, opt, Z", f"{A.shape[0]} margin constraints in {d}x{d} matrices",
+                      "a separable token selection: no W satisfies (x_opt − x_t)ᵀ W z_i ≥ 1 for all t ≠ opt")
+    if w.value is None or margins.dual_value is None:
+        raise RuntimeError(f"nuclear att-SVM: Clarabel ended with status {problem.status} and no solution")
+    W = np.asarray(w.value, float).reshape(d, d)
+    lam = np.maximum(np.asarray(margins.dual_value, float), 0.0)
+    G = (A.T @ lam).reshape(d, d)
+    res = _nuclear_certificate(A, W, lam)
+    if max(res.values()) > SVM_CERT_TOL:
+        raise RuntimeError(f"nuclear att-SVM: Clarabel ended with status {problem.status}; certificate residuals {res}")
+    return NuclearSVMSolution(w=W, A=A, dual=lam, dual_matrix=G, active=lam > 1e-6 * max(lam.max(), 1e-300),
+                              margin=float(1 / np.linalg.norm(W, "nuc")), rank=int(numerical_rank(W, 1e-6)),
+                              residuals=res)
+
+
+def _nuclear_certificate(A, W, lam) -> dict:
+    nuc = float(np.linalg.norm(W, "nuc"))
+    slack = A @ W.ravel() - 1
+    G = (A.T @ lam).reshape(W.shape)
+    return dict(primal=max(0.0, -float(slack.min())), dual=max(0.0, -float(lam.min())),
+                op_norm=max(0.0, float(np.linalg.norm(G, 2)) - 1), gap=abs(float(lam.sum()) - nuc) / nuc,
+                slackness=float(np.max(np.abs(lam * slack))) / max(1.0, float(lam.max())))

@@ -212,3 +212,153 @@ def test_direction_verdict_on_constructed_paths():
     assert not tmm.direction_verdict(t, stalled, ref[None], slope_tol=None).holds
     # a norm growing twice too fast fails (iv)
     assert not tmm.direction_verdict(t, 2 * P, ref[None]).holds
+
+
+# --------------------------------------------------------------------------------------------
+# factorised key–query attention and the nuclear-norm att-SVM
+# --------------------------------------------------------------------------------------------
+
+
+def test_factored_models_match_numpy_and_the_combined_W():
+    data = mm.token_selection_data(5, n=3, T=4, d=5)
+    rng = np.random.default_rng(2)
+    K, Q, v2 = rng.normal(size=(5, 3)), rng.normal(size=(5, 3)), rng.normal(size=5)
+    X, Y, v, Z = (np.asarray(a) for a in (data.X, data.Y, data.v, data.Z))
+    ell = lambda u: np.log1p(np.exp(-u))  # noqa: E731
+    f = np.array([v @ X[i].T @ _np_softmax(X[i] @ K @ Q.T @ Z[i]) for i in range(3)])
+    f2 = np.array([v2 @ X[i].T @ _np_softmax(X[i] @ K @ Q.T @ Z[i]) for i in range(3)])
+    params = {"K": jnp.asarray(K), "Q": jnp.asarray(Q)}
+    assert float(mm.kq_factored_loss(params, data)) == pytest.approx(np.mean(ell(Y * f)), rel=1e-13)
+    assert float(mm.kq_factored_loss(params, data)) == pytest.approx(float(mm.kq_loss(jnp.asarray(K @ Q.T), data)), rel=1e-13)
+    assert float(mm.kqv_factored_loss({**params, "v": jnp.asarray(v2)}, data)) == pytest.approx(np.mean(ell(Y * f2)), rel=1e-13)
+    check_grads(lambda p: mm.kq_factored_loss(p, data), (params,), order=2)
+    # chain rule: dL/dK = G Q, dL/dQ = G^T K with G = dL/dW at W = K Q^T
+    G = np.asarray(jax.grad(mm.kq_loss)(jnp.asarray(K @ Q.T), data))
+    g = jax.grad(mm.kq_factored_loss)(params, data)
+    np.testing.assert_allclose(np.asarray(g["K"]), G @ Q, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(np.asarray(g["Q"]), G.T @ K, rtol=1e-12, atol=1e-15)
+
+
+def test_kq_factors_init():
+    p = mm.kq_factors_init(3, 6, 2, scale=1e-3)
+    assert p["K"].shape == p["Q"].shape == (6, 2) and p["K"].dtype == jnp.float64
+    assert 1e-4 < float(jnp.std(p["K"])) < 1e-2
+    assert mm.kq_factors_init(3, 6)["K"].shape == (6, 6)
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("kwargs,match", [(dict(m=5), "m: got 5"), (dict(m=0), "m: got 0"), (dict(scale=0.0), "scale"),
+                                          (dict(scale=float("inf")), "scale")])
+def test_kq_factors_init_bad_input(kwargs, match):
+    with pytest.raises(gradflow.GradflowValueError, match=match):
+        mm.kq_factors_init(0, 4, **kwargs)
+
+
+def _nuclear_sdp(A, d):
+    """``min ½(tr P + tr R)`` s.t. ``[[P, W], [Wᵀ, R]] ⪰ 0``, ``A vec(W) ≥ 1``: the nuclear-norm
+    SVM written with an explicit PSD block (Fazel's SDP form), not CVXPY's ``normNuc`` atom."""
+    import cvxpy as cp
+
+    M = cp.Variable((2 * d, 2 * d), PSD=True)
+    W = M[:d, d:]
+    cons = [A[j].reshape(d, d).ravel() @ cp.vec(W, order="C") >= 1 for j in range(len(A))]
+    prob = cp.Problem(cp.Minimize(0.5 * cp.trace(M)), cons)
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    return np.asarray(W.value), prob.value
+
+
+def _nuclear_dual(A, d):
+    """The dual ``max 1ᵀλ`` s.t. ``λ ≥ 0``, ``‖Σ_j λ_j A_j‖_op ≤ 1`` (CVXPY's ``sigma_max``)."""
+    import cvxpy as cp
+
+    lam = cp.Variable(len(A), nonneg=True)
+    G = cp.reshape(A.T @ lam, (d, d), order="C")
+    prob = cp.Problem(cp.Maximize(cp.sum(lam)), [cp.sigma_max(G) <= 1])
+    prob.solve(solver=cp.CLARABEL, tol_gap_abs=1e-10, tol_gap_rel=1e-10, tol_feas=1e-10)
+    return prob.value
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_att_svm_nuclear_against_sdp_form_dual_and_certificate(seed):
+    data = mm.token_selection_data(seed, n=4, T=4, d=4)
+    sol = mm.att_svm_nuclear(data.X, data.Y, data.v, data.opt, data.Z)
+    fro = mm.att_svm_kq(data.X, data.Y, data.v, data.opt, data.Z)
+    np.testing.assert_array_equal(sol.A, fro.A)  # the same constraints as the Frobenius att-SVM
+    W, lam = sol.w, sol.dual
+    nuc = np.linalg.norm(W, "nuc")
+    # the certificate, recomputed here with NumPy: feasibility, ||G||_op <= 1, zero duality gap
+    G = (sol.A.T @ lam).reshape(4, 4)
+    assert (sol.A @ W.ravel()).min() >= 1 - 1e-9 and lam.min() >= 0
+    assert np.linalg.norm(G, 2) <= 1 + 1e-9
+    assert lam.sum() == pytest.approx(nuc, rel=1e-9)
+    assert np.sum(G * W) == pytest.approx(nuc, rel=1e-9)  # G is a subgradient of ||.||_* at W
+    # an independent formulation: the SDP with an explicit PSD block, and the dual problem
+    W_sdp, val_sdp = _nuclear_sdp(sol.A, 4)
+    assert val_sdp == pytest.approx(nuc, rel=1e-8)
+    np.testing.assert_allclose(W_sdp, W, atol=1e-6 * np.abs(W).max())
+    assert _nuclear_dual(sol.A, 4) == pytest.approx(nuc, rel=1e-8)
+    # the nuclear solution has the smaller nuclear norm, the Frobenius one the smaller Frobenius norm
+    assert nuc <= np.linalg.norm(fro.w, "nuc") * (1 + 1e-9)
+    assert np.linalg.norm(fro.w) <= np.linalg.norm(W) * (1 + 1e-9)
+    assert sol.rank == mm.numerical_rank(W, 1e-6) and sol.margin == pytest.approx(1 / nuc)
+
+
+def test_att_svm_nuclear_hand_solved_shared_query():
+    # every sample with the same query z: only W z enters, and ||W||_* >= ||W z||/||z|| with equality
+    # at W = p zᵀ/||z||², so W_* = p_mm zᵀ/||z||² (rank one), equal to the Frobenius solution
+    data = mm.token_selection_data(4, n=3, T=3, d=5)
+    z = np.asarray(data.Z[0])
+    Z = np.tile(z, (3, 1))
+    sol = mm.att_svm_nuclear(data.X, data.Y, data.v, data.opt, Z)
+    p_mm = mm.att_svm(data.X, data.Y, data.v, data.opt).w
+    expected = np.outer(p_mm, z) / (z @ z)
+    np.testing.assert_allclose(sol.w, expected, atol=1e-7 * np.abs(expected).max())
+    assert sol.rank == 1
+    np.testing.assert_allclose(mm.att_svm_kq(data.X, data.Y, data.v, data.opt, Z).w, expected, atol=1e-9)
+
+
+def test_att_svm_nuclear_infeasible_raises():
+    with pytest.raises(gradflow.GradflowValueError, match="separable"):
+        mm.att_svm_nuclear(np.ones((1, 3, 2)), np.ones(1), np.array([1.0, 0.0]), np.array([0], np.int32),
+                           np.array([[1.0, 0.0]]))
+
+
+@pytest.mark.bad_input
+def test_att_svm_nuclear_bad_input():
+    X = np.random.default_rng(0).normal(size=(2, 3, 4))
+    with pytest.raises(gradflow.GradflowValueError, match="Z: got"):
+        mm.att_svm_nuclear(X, np.ones(2), np.ones(4), np.array([0, 1]), np.ones((2, 3)))
+
+
+def test_numerical_rank():
+    rng = np.random.default_rng(0)
+    U, V = rng.normal(size=(5, 2)), rng.normal(size=(5, 2))
+    W = U @ V.T
+    assert mm.numerical_rank(W) == 2 and mm.numerical_rank(np.zeros((3, 3))) == 0
+    np.testing.assert_array_equal(mm.numerical_rank(np.stack([W, W + 1e-2 * np.eye(5)]), 1e-6), [2, 5])
+
+
+def _turning_path(t, target, other, k=1.0):
+    """``W(t) = log t · (target/‖target‖ + E/(log t)^{k/2})`` with ``E`` orthogonal to ``target``
+    and pointing to ``other``: ``1 − cos ∝ (log t)^{−k}`` towards ``target``."""
+    u = target / np.linalg.norm(target)
+    E = other / np.linalg.norm(other) - np.sum(other * u) / np.linalg.norm(other) * u
+    L = np.log(np.maximum(t, 2.0))[:, None, None]
+    return L * (u[None] + E[None] / L ** (k / 2))
+
+
+def test_nuclear_verdict_on_constructed_paths():
+    data = mm.token_selection_data(7, n=4, T=4, d=4)
+    nuc = mm.att_svm_nuclear(data.X, data.Y, data.v, data.opt, data.Z).w
+    fro = mm.att_svm_kq(data.X, data.Y, data.v, data.opt, data.Z).w
+    t = tmm.save_times(per_decade=3)
+    to_nuc = _turning_path(t, nuc, fro)[None]
+    v = tmm.nuclear_verdict(t, to_nuc, nuc[None], fro[None])
+    assert v.holds, v.details
+    assert v.details["rate_k_nuc"][0] == pytest.approx(1.0, abs=0.1)
+    assert v.details["rank_end"][0] == 4 and v.details["rank_nuc_svm"][0] == 2
+    # negative controls: a path turning to the Frobenius solution; a path that stops turning
+    assert not tmm.nuclear_verdict(t, _turning_path(t, fro, nuc)[None], nuc[None], fro[None]).holds
+    stalled = to_nuc.copy()
+    stalled[0, t > 1e8] = to_nuc[0, np.searchsorted(t, 1e8)]
+    assert not tmm.nuclear_verdict(t, stalled, nuc[None], fro[None]).holds

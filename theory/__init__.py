@@ -19,7 +19,7 @@ if __name__ == "theory":  # the folder imported under its own name: a second cop
 from ._result import CheckResult, Verdict
 from .empirical import normalization_verdict, sink_verdict
 from . import invariants, polarisation
-from .maxmargin import att_svm, direction_verdict, regpath_verdict
+from .maxmargin import att_svm, att_svm_nuclear, direction_verdict, nuclear_verdict, regpath_verdict
 from .invariants import output_response, output_response_along, sum_a_conserved, v_perp_frozen
 from .ordering import order_preserved, repulsion
 from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
@@ -36,6 +36,7 @@ __all__ = [
     "Verdict",
     "asymptotic_fits",
     "att_svm",
+    "att_svm_nuclear",
     "canonical_id",
     "check_ids",
     "conditioning_trend",
@@ -44,6 +45,7 @@ __all__ = [
     "get_check",
     "loss_vanishes",
     "normalization_verdict",
+    "nuclear_verdict",
     "order_preserved",
     "output_response",
     "output_response_along",

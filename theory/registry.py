@@ -36,6 +36,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "mm.direction": maxmargin.run_mm_direction,
     "mm.regpath": maxmargin.run_mm_regpath,
     "mm.value-softmax": maxmargin.run_mm_value_softmax,
+    "mm.kq-nuclear": maxmargin.run_mm_kq_nuclear,
 }
 """Check id → default-experiment runner, in report order."""
 
