@@ -17,12 +17,12 @@ from ._errors import GradflowValueError  # noqa: E402
 from ._cache import enable_compilation_cache  # noqa: E402
 from ._engine.solvers import SOLVERS  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
-from .integrate import integrate, integrate_batch  # noqa: E402
+from ._integrate import integrate, integrate_batch  # noqa: E402
 from .losses import AbstractLoss, LogisticTeacher, SoftTargetCrossEntropy, SquareLoss  # noqa: E402
 from .maps import MAPS, apply_map  # noqa: E402
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model  # noqa: E402
 from ._softmax import log_softmax, softmax  # noqa: E402
-from .simulate import simulate, simulate_batch  # noqa: E402
+from ._simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
 from ._version import __version__  # noqa: E402

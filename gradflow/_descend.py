@@ -16,10 +16,10 @@ from jaxtyping import ArrayLike, Real
 from ._status import Status
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int, check_time_resolution
-from .integrate import prepare_user
+from ._integrate import prepare_user
 from .losses import AbstractLoss
 from .models import AbstractModel, prepare
-from .simulate import value_softmax_flow
+from ._simulate import value_softmax_flow
 from .trajectory import Solution, Trajectory
 
 __all__ = ["descend", "descend_params", "default_record"]

@@ -42,7 +42,7 @@ from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int
 from ._engine.settings import default_ts
 from ._engine.solvers import SOLVERS
-from .simulate import simulate_batch
+from ._simulate import simulate_batch
 from .losses import LogisticTeacher, SquareLoss
 from .maps import MAPS, apply_map
 from .trajectory import STATUS

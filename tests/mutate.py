@@ -19,7 +19,7 @@ The last full run's table is kept in ``tests/MUTATION_RESULTS.md``.
 A mutation whose text is not found (exactly once) in its file is reported loudly as
 ``TEXT NOT FOUND`` and counts as a failure of the harness: re-target it after a refactoring.
 :data:`ENGINE_MUTATIONS` target the integrator's modules (``gradflow/flow.py``,
-``gradflow/_engine/``, ``gradflow/simulate.py``, ``gradflow/integrate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
+``gradflow/_engine/``, ``gradflow/_simulate.py``, ``gradflow/_integrate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
 apart so that they can be re-targeted in one place.
 
 Exit status: 0 if every mutation was found and caught, 1 otherwise.
@@ -183,7 +183,7 @@ ENGINE_MUTATIONS = (
              "gz = (_maps.softmax_vjp(s, gs) / model.temperature).astype(z.dtype)",
              "gz = (_maps.softmax_vjp(s, gs)).astype(z.dtype)",
              "temperature division dropped from the field", "tests/test_reference_cases.py::test_flow_at_temperature_matches_scipy"),
-    Mutation("gamma_halved", "gradflow/simulate.py",
+    Mutation("gamma_halved", "gradflow/_simulate.py",
              'return {"Gamma": model.gamma(loss, *params)}', 'return {"Gamma": 0.5 * model.gamma(loss, *params)}',
              "Γ integrand halved", "tests/test_simulate.py::test_logistic_matches_scipy_to_1e12"),
     Mutation("tied_logits_term", "gradflow/flow.py",
@@ -285,16 +285,16 @@ ENGINE_MUTATIONS = (
     Mutation("blas_threads_noop", "gradflow/_engine/stiff.py",
              "    if not (solver_name == AUTO or spec(solver_name).implicit):\n", "    if True:\n",
              "implicit solves keep OpenBLAS's default threads", "tests/test_stiff.py::test_blas_threads_limits_only_implicit_solves"),
-    # ---- integrate's quadratures and observables (gradflow/integrate.py)
-    Mutation("integrate_quadrature_scaled", "gradflow/integrate.py",
+    # ---- integrate's quadratures and observables (gradflow/_integrate.py)
+    Mutation("integrate_quadrature_scaled", "gradflow/_integrate.py",
              "return {name: fn(params, args) for name, fn in self.items}", "return {name: 1.01 * fn(params, args) for name, fn in self.items}",
              "integrate's quadrature integrands scaled by 1.01",
              "tests/test_integrate.py::test_quadrature_and_grad_norm_against_closed_form"),
-    Mutation("integrate_observe_scaled", "gradflow/integrate.py",
+    Mutation("integrate_observe_scaled", "gradflow/_integrate.py",
              "observed={name: fn(params, args) for name, fn in self.items})",
              "observed={name: 1.01 * fn(params, args) for name, fn in self.items})",
              "integrate's user observables scaled by 1.01", "tests/test_integrate.py"),
-    Mutation("integrate_grad_norm_l1", "gradflow/integrate.py",
+    Mutation("integrate_grad_norm_l1", "gradflow/_integrate.py",
              "return jnp.sqrt(sum(jnp.sum(x * x) for x in jax.tree.leaves(tree)))",
              "return jnp.sqrt(sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(tree)))",
              "integrate's grad_norm as sqrt of the L1 norm", "tests/test_integrate.py::test_quadrature_and_grad_norm_against_closed_form"),

@@ -142,7 +142,7 @@ def _simulate_key(**changes):
 
     from gradflow.losses import LogisticTeacher
     from gradflow.models import prepare
-    from gradflow.simulate import value_softmax_flow
+    from gradflow._simulate import value_softmax_flow
 
     loss = LogisticTeacher(np.ones(3) / np.sqrt(3))
     mdl, V0, a0 = prepare(loss, np.zeros((3, 3)), np.zeros(3), "value-softmax", "softmax", 1.0, batch=False)

@@ -62,3 +62,32 @@ def test_gc_freeze_on_import_and_its_opt_out():
         assert out.returncode == 0, out.stderr[-3000:]
         counts[flag] = int(out.stdout.strip().splitlines()[-1])
     assert counts["1"] > 10_000 and counts["0"] == 0, counts
+
+
+def shadowed_submodules(package) -> list[str]:
+    """Public names of ``package`` that are also the names of its submodules but bound to something
+    else (a function re-exported over its own module: ``import package.name`` then gives the
+    module, ``package.name`` the function, and documentation tools resolve the wrong one)."""
+    import pkgutil
+
+    subs = {m.name for m in pkgutil.iter_modules(package.__path__)}
+    return sorted(n for n in getattr(package, "__all__", ()) if n in subs and
+                  type(getattr(package, n, None)).__name__ != "module")
+
+
+def test_no_public_name_shadows_a_submodule(tmp_path, monkeypatch):
+    """The front ends live in private modules (``gradflow._integrate``, ``gradflow._simulate``), so
+    ``gradflow.integrate`` and ``gradflow.simulate`` are the functions and nothing else. Negative
+    control: a package whose ``__init__`` re-exports ``run`` from its own submodule ``run`` is
+    reported."""
+    import gradflow
+
+    assert shadowed_submodules(gradflow) == []
+    pkg = tmp_path / "shadowpkg"
+    pkg.mkdir()
+    (pkg / "run.py").write_text("def run():\n    return 1\n")
+    (pkg / "__init__.py").write_text("from .run import run\n__all__ = ['run']\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import importlib
+
+    assert shadowed_submodules(importlib.import_module("shadowpkg")) == ["run"]

@@ -11,7 +11,7 @@ import numpy as np
 
 import gradflow
 
-simulate_module = sys.modules["gradflow.simulate"]
+simulate_module = sys.modules["gradflow._simulate"]
 
 FIELDS = ("V", "a", "Gamma", "s", "loss", "u", "entropy")
 

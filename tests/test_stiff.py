@@ -15,7 +15,7 @@ from tests import reference as ref
 
 from gradflow._engine.solve import Status as S_status
 
-simulate_mod = importlib.import_module("gradflow.simulate")
+simulate_mod = importlib.import_module("gradflow._simulate")
 
 BOUNDARY_ON = stiff.STIFF_ON * stiff.DOPRI8_BOUNDARY
 
