@@ -151,3 +151,29 @@ def test_fuzz_integrate_matches_scipy_radau_to_1e12(seed, q, l, r):
 @given(seed=st.integers(0, 10_000), q=_coef, l=_coef, r=_coef)
 def test_fuzz_integrate_matches_scipy_radau_to_1e12_many(seed, q, l, r):
     _fuzz(seed, q, l, r)
+
+
+def test_quadrature_singular_at_rest_never_continues_a_wrong_rate():
+    """``L = (w − 1)²/2`` from ``w = 0`` (``w = 1 − e^{−t}``) with the integrand ``1/|w − 1| = e^t``,
+    whose integral diverges: the rest stop must not fire (it would continue a finite, wrong rate
+    with status ``ok``); the run ends ``max_steps`` or ``nonfinite`` and its quadrature, where it
+    has one, is the closed form ``e^t − 1``. Control: the smooth integrand ``w²`` on the same flow
+    stops at rest and its integral to ``t1`` is the hand value ``t1 − 3/2`` (+ exponentially small)."""
+    loss = lambda w: 0.5 * (w - 1.0) ** 2
+    sol = gradflow.integrate(loss, 0.0, t1=1e6, ts=[0.0, 1.0, 10.0, 1e6], quadratures={"q": lambda w: 1.0 / jnp.abs(w - 1.0)},
+                             max_steps=2000)
+    assert sol.status in ("max_steps", "nonfinite") and not np.isfinite(float(sol.t_steady)), sol.status
+    q = np.asarray(sol.quadratures["q"])
+    np.testing.assert_allclose(q[1:3], np.expm1([1.0, 10.0]), rtol=1e-6)
+    ok = gradflow.integrate(loss, 0.0, t1=1e6, ts=[0.0, 1e6], quadratures={"w2": lambda w: w ** 2})
+    assert ok.status == "ok" and np.isfinite(float(ok.t_steady))
+    assert float(ok.quadratures["w2"][-1]) == pytest.approx(1e6 - 1.5, rel=1e-9)
+
+
+def test_quadrature_non_finite_at_the_start_ends_nonfinite_at_once():
+    """An integrand that is ``−inf`` everywhere (``log(w − w)``): status ``nonfinite`` at ``t = 0``,
+    the state finite. Control: the field alone (no quadrature) reaches ``t1``."""
+    loss = lambda w: 0.5 * (w - 1.0) ** 2
+    sol = gradflow.integrate(loss, 0.0, t1=10.0, quadratures={"bad": lambda w: jnp.log(w - w)})
+    assert sol.status == "nonfinite" and float(sol.t_end) == 0.0 and np.all(np.isfinite(np.asarray(sol.params)))
+    assert gradflow.integrate(loss, 0.0, t1=10.0).status == "ok"

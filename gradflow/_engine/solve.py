@@ -84,7 +84,7 @@ its local linearisation, is below ``REST_FRACTION`` of the tolerance ``atol + rt
 component."""
 
 
-def at_rest(tau, params, f, jf_dir, rtol, atol):
+def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_u=None):
     """Whether the flow is at rest at log time ``tau``: the movement left to it, bounded through
     its local linearisation, is below :data:`REST_FRACTION` of the tolerance (the argument:
     docs, "Solvers and statuses", the rest stop).
@@ -110,26 +110,39 @@ def at_rest(tau, params, f, jf_dir, rtol, atol):
     - Near a saddle the field grows along the unstable direction (``κ < 0`` once that direction
       dominates ``v``): not at rest.
 
+    With quadratures (``rates``: their integrands ``g`` at ``params``, ``rates_u = ∂g·u``), after a
+    stop each is continued as ``g(θ_rest)·(t − t_rest)``, exact to the tolerance only if ``g``
+    itself is at rest: over the movement left (at most ``(1 + t)·max|f|/κ`` along ``u``) each
+    ``g`` must change by less than :data:`REST_FRACTION` of ``atol + rtol·|g|``. An integrand
+    that is singular at the rest state (``1/|θ − θ*|``) never is: the solve does not stop there and
+    ends ``max_steps`` (or ``nonfinite`` if the state reaches the singularity) rather than
+    continuing a wrong rate with status ``ok``.
+
     **Arguments:** ``tau`` log time; ``params`` the parameter pytree; ``f`` the flow-time field
-    there; ``jf_dir`` ``J·(f/max|f|)`` (a pytree like ``f``); ``rtol``, ``atol`` the tolerances.
-    **Returns:** a bool scalar."""
-    fmax = _max_abs(f)
+    there; ``u = f/max|f|`` (``f`` itself where ``f = 0``) and ``ju = J·u`` (pytrees like ``f``,
+    from :func:`_field_and_jvp`); ``rtol``, ``atol`` the tolerances; ``rates``, ``rates_u`` dicts of
+    scalars (or ``None``: no quadratures). **Returns:** a bool scalar."""
     scale = jnp.exp(tau)
-    safe = jnp.where(fmax > 0, fmax, 1.0)
-    u = jax.tree.map(lambda x: x / safe, f)
     dot = lambda a, b: sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
-    kappa = -scale * dot(u, jf_dir) / dot(u, u) - 1.0
+    kappa = -scale * dot(u, ju) / dot(u, u) - 1.0
     speed = jax.tree.reduce(jnp.maximum, jax.tree.map(
         lambda fi, pi: jnp.max(scale * jnp.abs(fi) / (atol + rtol * jnp.abs(pi))), f, params))
-    return (fmax == 0) | ((kappa > 0) & (speed < REST_FRACTION * kappa))
+    fmax = _max_abs(f)
+    rest = (fmax == 0) | ((kappa > 0) & (speed < REST_FRACTION * kappa))
+    if not rates:
+        return rest
+    reach = jnp.where(fmax == 0, 0.0, scale * fmax / jnp.where(kappa > 0, kappa, 1.0))
+    drift = max(jnp.abs(rates_u[k]) * reach / (atol + rtol * jnp.abs(rates[k])) for k in rates)
+    return rest & (drift < REST_FRACTION)
 
 
 def _field_and_jvp(flow: Flow, params, fargs):
-    """``f = field(params)`` and ``J·(f/max|f|)`` (one linearisation of the field)."""
+    """``(f, u, J·u)``: the field ``f = field(params)``, its direction ``u = f/max|f|`` and the
+    Jacobian applied to it (one linearisation of the field)."""
     f, lin = jax.linearize(lambda p: flow.field(p, fargs), params)
     fmax = _max_abs(f)
     u = jax.tree.map(lambda x: x / jnp.where(fmax > 0, fmax, 1.0), f)
-    return f, lin(u)
+    return f, u, lin(u)
 
 
 STALL_ULPS = 1024
@@ -149,9 +162,10 @@ def _max_abs(tree):
 def _rest_event(tau, y, args: FlowArgs, **kwargs):
     """Event: the flow is at rest (:func:`at_rest`), or its field is non-finite."""
     params = y[0]
-    f, jf = _field_and_jvp(args.flow, params, args.fargs)
-    rates = {} if args.flow.rates is None else args.flow.rates(params, args.fargs)
-    rest = at_rest(tau, params, f, jf, args.rtol, args.atol)
+    f, u, ju = _field_and_jvp(args.flow, params, args.fargs)
+    rates, rates_u = ({}, {}) if args.flow.rates is None else \
+        jax.jvp(lambda p: args.flow.rates(p, args.fargs), (params,), (u,))
+    rest = at_rest(tau, params, f, u, ju, args.rtol, args.atol, rates, rates_u)
     return rest | ~_all_finite((f, rates))
 
 
