@@ -210,3 +210,11 @@ def test_gradient_descent_check_fails_for_a_flow_that_ignores_the_kinks(kind):
             errs[name].append(np.max(np.abs(V - np.asarray(traj.V[-1]))))
     assert errs["kinked"][0] / errs["kinked"][1] == pytest.approx(2.0, rel=0.15), errs
     assert errs["plain"][1] > 1e-2 and errs["plain"][0] / errs["plain"][1] < 1.2, errs
+
+
+def test_relu_start_without_a_positive_logit_is_refused():
+    """The relu map's denominator is 0 when no logit is positive: a clear error, not a NaN run."""
+    teacher = np.ones(3) / np.sqrt(3.0)
+    with pytest.raises(gradflow.GradflowValueError, match="a0: .*'relu' map is defined"):
+        gradflow.simulate(gradflow.LogisticTeacher(teacher), 0.1 * np.eye(3), np.array([0.0, -1.0, -0.5]),
+                          t1=1.0, normalization="relu")
