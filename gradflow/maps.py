@@ -11,9 +11,10 @@ are undefined, and the map returns ``NaN`` for that row (computed with the "doub
 ``nonfinite`` with the time it happened rather than integrating through it.
 
 Smoothness: ``softmax``, ``l2`` (away from ``z = 0``), ``sigmoid``, ``sigmoid-norm`` and
-``linear`` are smooth; ``elu``/``elu-norm`` are C¹; ``l1``, ``relu`` and ``sparsemax``
-have kinks where a coordinate reaches ``0`` (adaptive solvers reject steps there), and
-``sum`` is singular where ``Σ z`` crosses ``0``. :data:`SMOOTH_MAPS` lists the smooth ones.
+``linear`` are smooth; ``elu``/``elu-norm`` are C¹; ``l1`` and ``relu`` have kinks where a
+coordinate reaches ``0``, ``sparsemax`` where one leaves its support (the flow's rule at each:
+:data:`gradflow.flow.KINKED_MAPS`), and ``sum`` is singular where ``Σ z`` crosses ``0``.
+:data:`SMOOTH_MAPS` lists the smooth ones.
 """
 
 from __future__ import annotations
