@@ -42,7 +42,9 @@ STYLE: dict[str, Any] = {
     "grid.alpha": 0.25,
     "grid.linewidth": 0.5,
     "lines.linewidth": 1.2,
-    "legend.frameon": False,
+    "legend.frameon": True,  # a legend inside the axes stays readable over the curves
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "none",
     "savefig.dpi": 200,
     "savefig.bbox": "tight",
 }
