@@ -35,14 +35,16 @@ STYLE: dict[str, Any] = {
     "font.size": 8,
     "axes.titlesize": 8.5,
     "axes.labelsize": 8,
-    "legend.fontsize": 6.5,
+    "legend.fontsize": 7,
     "xtick.labelsize": 7,
     "ytick.labelsize": 7,
     "axes.grid": True,
     "grid.alpha": 0.25,
     "grid.linewidth": 0.5,
     "lines.linewidth": 1.2,
-    "legend.frameon": False,
+    "legend.frameon": True,  # a legend inside the axes stays readable over the curves
+    "legend.framealpha": 0.85,
+    "legend.edgecolor": "none",
     "savefig.dpi": 200,
     "savefig.bbox": "tight",
 }
@@ -165,7 +167,7 @@ def trajectory(traj: Trajectory, *, gd: Trajectory | None = None, panels: tuple[
         if gd is not None:
             handles += [Line2D([], [], color="k", **_GD)]
             labels += ["gradient descent"]
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6), fontsize=6)
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6))
         if title is None:
             t_end = float(np.asarray(traj.t_end))
             exp = int(np.floor(np.log10(t_end))) if t_end > 0 else 0
@@ -218,7 +220,7 @@ def sweep(ds, *, title: str | None = None):
         ax_g.set_xlabel("final slope $d\\Gamma/d\\log t$")
         ax_g.set_title("$\\Gamma = \\Theta(\\log t)$ (Thm 3.3(c))")
         if any(ds.sizes[d] > 1 for d in config_dims):
-            ax_s.legend(fontsize=5.5)
+            ax_s.legend()
         if title is None:
             title = f"sweep: {ds.sizes['seed']} seeds × {n_cfg} configuration{'s' if n_cfg > 1 else ''}"
         fig.suptitle(title, fontsize=9)

@@ -134,9 +134,9 @@ def plot(data: dict, cfg: dict):
         ax.text(1.16, -2.0,
                 f'"animal": {row[ANIMAL_INDEX]:.3f}, rank {_rank(row, ANIMAL_INDEX)}/{n}\n'
                 f"over {len(spread)} draws: {spread.mean():.3f} ± {spread.std():.3f}",
-                fontsize=5.8, ha="right", va="top")
+                fontsize=style.NOTE, ha="right", va="top")
         if m == "raw":
-            ax.text(1 / n + 0.02, n - 0.6, f"uniform 1/{n}", fontsize=5.5, color="0.4", va="bottom")
+            ax.text(1 / n + 0.02, n - 0.6, f"uniform 1/{n}", fontsize=style.NOTE, color="0.4", va="bottom")
         ax.axvline(1 / n, color="0.5", linestyle=":", linewidth=0.8)
         ax.set_xlabel('attention of "it"')
         ax.grid(axis="y", visible=False)

@@ -107,14 +107,14 @@ def plot(data: dict, cfg: dict):
         ax_m.fill_between(d_ks, lo, hi, color=color, alpha=0.15, linewidth=0)
     n_tok = cfg["n_tokens"]
     ax_m.axhline(1 / n_tok, color="0.5", linestyle=":", linewidth=0.8)
-    ax_m.text(d_ks[-1], 1 / n_tok + 0.01, f"uniform $1/{n_tok}$", fontsize=6, ha="right", va="bottom", color="0.35")
+    ax_m.text(d_ks[-1], 1 / n_tok + 0.01, f"uniform $1/{n_tok}$", fontsize=style.NOTE, ha="right", va="bottom", color="0.35")
     ax_m.set_xscale("log", base=2)
     ax_m.set_ylim(0, 1.38)
     ax_m.set_yticks(np.linspace(0, 1, 6))
     ax_m.set_xlabel("$d_k$")
     ax_m.set_ylabel(f"largest weight ({n_tok} tokens)")
     ax_m.set_title(f"mean of {cfg['draws']} draws, 10–90 % band")
-    ax_m.legend(loc="upper left", fontsize=5.8)
+    ax_m.legend(loc="upper left")
 
     i = len(data["gif_d_ks"]) - 1
     d = int(data["gif_d_ks"][i])

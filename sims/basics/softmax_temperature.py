@@ -49,8 +49,8 @@ def plot(data: dict, cfg: dict):
     x = np.arange(len(words))
     ax_w.bar(x, w1, color=cols)
     for i, w in enumerate(w1):
-        ax_w.text(i, w + 0.02, f"{w:.3f}", ha="center", va="bottom", fontsize=6.5)
-    ax_w.set_xticks(x, [f"{w} ({s:+.1f})" for w, s in zip(words, data["scores"])], fontsize=6.5,
+        ax_w.text(i, w + 0.02, f"{w:.3f}", ha="center", va="bottom", fontsize=style.NOTE)
+    ax_w.set_xticks(x, [f"{w} ({s:+.1f})" for w, s in zip(words, data["scores"])], fontsize=style.NOTE,
                     rotation=35, ha="right", rotation_mode="anchor")
     ax_w.set_ylim(0, 1.0)
     ax_w.set_ylabel("attention weight")
@@ -66,12 +66,12 @@ def plot(data: dict, cfg: dict):
     ax_t.set_ylabel("softmax$(a/T)_i$")
     ax_t.set_ylim(-0.02, 1.02)
     ax_t.set_title("$T<1$ sharpens, $T>1$ flattens")
-    ax_t.legend(loc="center left", fontsize=6)
+    ax_t.legend(loc="center left")
 
     n = len(words)
     ax_h.plot(temps, data["entropy"], color="k")
     ax_h.axhline(np.log(n), color="0.5", linewidth=0.8, linestyle="--")
-    ax_h.text(temps[0], np.log(n) - 0.04, f"uniform: $\\log {n}$", fontsize=6.5, va="top", color="0.3")
+    ax_h.text(temps[0], np.log(n) - 0.04, f"uniform: $\\log {n}$", fontsize=style.NOTE, va="top", color="0.3")
     ax_h.axvline(1.0, color="0.5", linewidth=0.6, linestyle=":")
     ax_h.set_xscale("log")
     ax_h.set_ylim(-0.05, np.log(n) + 0.12)

@@ -124,7 +124,7 @@ def plot(data: dict, cfg: dict):
     ax_r.set_yscale("log")
     ax_r.set_ylabel("$s_j(t)/s_0(t)$")
     ax_r.set_title("(a) Fig. 2 run: ratios and the Thm 3.3(b) bound")
-    ax_r.legend(loc="lower left", ncol=2, fontsize=5.2)
+    ax_r.legend(loc="lower left", ncol=2)
 
     ax_x.axhspan(1e-3, 1.0, color="tab:red", alpha=0.08, linewidth=0)
     ax_x.axhline(1.0, color="k", linewidth=0.9)
@@ -140,7 +140,7 @@ def plot(data: dict, cfg: dict):
     ax_x.set_yscale("log")
     low = min(float(np.min(data["ratio_control"])), float(np.min(data["sweep_ratio_control"])))
     ax_x.set_ylim(min(0.3, 0.7 * low), None)
-    ax_x.text(2e-2, 0.75, "bound violated (< 1)", fontsize=6, color="tab:red", va="top")
+    ax_x.text(2e-2, 0.75, "bound violated (< 1)", fontsize=style.NOTE, color="tab:red", va="top")
     ax_x.set_ylabel("$\\min_j \\log(s_0/s_j)\\;/\\;\\log(1+\\frac{\\delta}{n}\\Gamma)$")
     ax_x.set_title("(b) bound in exponent form: holds iff $\\geq 1$")
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
@@ -149,7 +149,7 @@ def plot(data: dict, cfg: dict):
     labels = ["Fig. 2 flow", f"Fig. 2 GD, $\\eta={cfg['lr']}$",
               f"{data['sweep_log_excess'].shape[0]} random draws (theory sweep, $t\\leq10^{{12}}$)",
               "wrong $\\delta'$ (control): falls below 1"]
-    ax_x.legend(handles, labels, loc="upper left", fontsize=5.5)
+    ax_x.legend(handles, labels, loc="upper left")
     for ax in (ax_r, ax_x):
         ax.set_xscale("log")
         ax.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")

@@ -116,7 +116,7 @@ def plot(data: dict, cfg: dict):
     ax_G.plot(data["gd_logistic_t"][m], data["gd_logistic_Gamma"][m], color=cols[i1], **style.GD)
     ax_G.set_ylabel("$\\Gamma(t) = \\int_0^t \\gamma\\,d\\tau$")
     ax_G.set_title("(a) logistic: $\\Gamma \\approx \\log t\\,/\\,\\|\\beta^*\\|^2$")
-    ax_G.legend(loc="upper left", fontsize=5.5)
+    ax_G.legend(loc="upper left")
     sq_t, sq_pos = data["sq_t"], data["sq_t"] > 0
     names = ("Fig. 2 $V(0)$", "$V(0) = 0$ (Lemma 3.5)")
     for k, name in enumerate(names):
@@ -129,7 +129,7 @@ def plot(data: dict, cfg: dict):
     ms = thin(len(data["gd_square_t"]), 35)
     ax_S.plot(data["gd_square_t"][ms], data["gd_square_Gamma"][ms], color=SQUARE_COLORS[0], **style.GD)
     ax_S.set_title("(b) square $\\frac{1}{2}\\|\\beta^*-\\beta\\|^2$: plateau")
-    ax_S.legend(loc="center right", fontsize=5.5)
+    ax_S.legend(loc="center right")
     ax_d.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8)
     ax_d.set_yscale("log")
     ax_d.set_ylim(1e-4, 10)
@@ -143,7 +143,7 @@ def plot(data: dict, cfg: dict):
                Line2D([], [], color="k", linestyle="--", linewidth=0.7)]
     fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta = {cfg['lr']}$, {cfg['gd_steps']:.0e} it. (Riemann sum)",
                          f"fit over $t\\in[{sci(cfg['fit_window'][0])}, {sci(cfg['fit_window'][1])}]$ (theory.polarisation)"],
-               loc="outside lower center", ncol=3, fontsize=6)
+               loc="outside lower center", ncol=3)
     fig.suptitle(f"Polarisation coefficient $\\Gamma(t)$ — Fig. 2 draws ($n=d={cfg['n']}$, seed {cfg['seed']})", fontsize=9)
     return fig
 

@@ -159,7 +159,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
 
 
 def plot(data: dict, cfg: dict):
-    fig, axes = style.figure(1, 3, height=2.6)
+    fig, axes = style.figure(1, 3, height=3.2)
     ax_e, ax_b, ax_q = axes[0]
     lrs = data["lrs"]
     styles = {"logistic": "tab:blue", "square": "tab:red"}
@@ -168,16 +168,18 @@ def plot(data: dict, cfg: dict):
             e = data[f"{name}_{key}"]
             p = fitted_order(lrs, e, cfg["fit_lr_max"])
             ax_e.plot(lrs, e, color=c, marker=marker, markersize=3, linewidth=1.0,
-                      linestyle="-" if key == "err_theta" else "--", label=f"{name} {what}: order {p:.3f}")
+                      linestyle="-" if key == "err_theta" else "--", label=f"(a) {name} {what}: order {p:.3f}")
     ref = lrs / lrs[-1] * data["logistic_err_theta"][-1] * 0.3
-    ax_e.plot(lrs, ref, color="0.5", linestyle=":", linewidth=0.9, label="slope 1")
-    ax_e.axvline(cfg["fit_lr_max"], color="0.6", linewidth=0.6)
+    ax_e.plot(lrs, ref, color="0.5", linestyle=":", linewidth=0.9, label="(a) slope 1")
+    # the orders in the legend are least-squares slopes over eta <= fit_lr_max only (the
+    # asymptotic regime of an O(eta) error); the line marks where that fit window ends
+    ax_e.axvline(cfg["fit_lr_max"], color="0.6", linewidth=0.8, linestyle="-.",
+                 label=f"(a) $\\eta = {cfg['fit_lr_max']:g}$: the orders are fitted left of it")
     ax_e.set_xscale("log")
     ax_e.set_yscale("log")
     ax_e.set_xlabel("step size $\\eta$")
     ax_e.set_ylabel(f"max over $t \\leq {cfg['T']:g}$ of the distance")
     ax_e.set_title("(a) GD $-$ flow at equal $t$: $O(\\eta)$")
-    ax_e.legend(loc="upper left", fontsize=5.0)
 
     top = int(data["top"])
     tf, pos = data["long_t_flow"], data["long_t_flow"] > 0
@@ -187,12 +189,16 @@ def plot(data: dict, cfg: dict):
         gt, gp = data["big_t"][k], data["big_t"][k] > 0
         ax_b.plot(gt[gp], data["big_s"][k][gp], color=cols[k], linestyle="--", marker="o", markersize=2,
                   markerfacecolor="none", markeredgewidth=0.5, linewidth=0.8,
-                  label=f"GD $\\eta = {lr:g}$: winner {'= flow' if data['big_winner'][k] == top else 'CHANGED'}")
+                  label=f"GD $\\eta = {lr:g}$" + ("" if data["big_winner"][k] == top else ": winner CHANGED"))
     ax_b.set_xscale("log")
     ax_b.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
     ax_b.set_ylabel(f"weight of the top-$u(0)$ token $s_{{{top}}}$")
     ax_b.set_title("(b) logistic: large $\\eta$ bends\nthe path, not the winner")
-    ax_b.legend(loc="center left", fontsize=5.2)
+    kept = bool(np.all(data["big_winner"] == top))
+    ax_b.legend(loc="upper left", title="winner = the flow's" if kept else None, title_fontsize=style.NOTE,
+                borderaxespad=0.3, labelspacing=0.25)
+    ax_b.set_ylim(None, 1.45)  # room on top for the legend
+    ax_b.set_yticks([0.25, 0.5, 0.75, 1.0])
 
     qlr = data["square_lrs"]
     ok = data["square_status"] == 0
@@ -206,12 +212,15 @@ def plot(data: dict, cfg: dict):
     winners = np.argmax(data["square_s_final"], axis=1)
     flow_win = int(np.argmax(data["square_flow_s"]))
     ymax = float(np.max(data["square_s_final"][ok])) * 1.08
+    changed = 0
     for lr, w, good in zip(qlr, winners, ok):
-        if good and w != flow_win:
-            ax_q.text(lr, ymax, str(w), fontsize=5.5, ha="center", color=qcols[w])
+        if good and w != flow_win:  # in two staggered rows: adjacent step sizes are closer than a digit
+            ax_q.text(lr, ymax * (1.0 if changed % 2 == 0 else 0.975), str(w), fontsize=style.NOTE, ha="center",
+                      color=qcols[w])
+            changed += 1
         elif not good:
             ax_q.plot(lr, ymax * 0.97, marker="x", color="k", markersize=3.5)
-    ax_q.text(0.5, ymax, f"winner {flow_win} (as the flow)", fontsize=5.5, color=qcols[flow_win])
+    ax_q.text(0.5, ymax, f"winner {flow_win} (as the flow)", fontsize=style.NOTE, color=qcols[flow_win])
     for lm, ls in ((data["square_lmax0"], ":"), (data["square_lmax_end"], "--")):
         ax_q.axvline(2.0 / float(lm), color="0.35", linestyle=ls, linewidth=0.9)
     ax_q.set_xlim(-0.5, qlr[-1] + 0.5)
@@ -224,7 +233,9 @@ def plot(data: dict, cfg: dict):
     handles += [Line2D([], [], color="0.35", linestyle=ls, linewidth=0.9) for ls in (":", "--")]
     labels = ["gradient flow (diffrax)", "gradient descent", "(c) $2/\\lambda_{max}(\\nabla^2 L)$ at $\\theta(0)$",
               "(c) $2/\\lambda_{max}(\\nabla^2 L)$ at the flow's limit"]
-    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=6)
+    # one legend below the panels, panel (a)'s entries first (inside (a) at a readable size it covered the curves)
+    a_handles, a_labels = ax_e.get_legend_handles_labels()
+    fig.legend(a_handles + handles, a_labels + labels, loc="outside lower center", ncol=3, labelspacing=0.3)
     fig.suptitle(f"GD against the flow — Fig. 2 draws ($n=d={cfg['n']}$, seed {cfg['seed']})", fontsize=9)
     return fig
 

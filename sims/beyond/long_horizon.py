@@ -72,7 +72,7 @@ def plot(data: dict, cfg: dict):
     ax_s.set_yscale("log")
     ax_s.set_ylabel("$s_i(t)$ ($i$ ranked by $u_i(0)$)")
     ax_s.set_title("(a) weights to $t = 10^{30}$")
-    ax_s.legend(loc="lower left", ncol=2, fontsize=5.5)
+    ax_s.legend(loc="lower left", ncol=2)
 
     ax_p.plot(t[pos], data["one_minus_s0"][pos], color="k", label="$1 - s_0$", **style.FLOW)
     ax_p.plot(t[pos], data["entropy"][pos], color="tab:purple", label="entropy $H(s)$ (nats)", **style.FLOW)
@@ -86,7 +86,7 @@ def plot(data: dict, cfg: dict):
     ax_p.axvspan(lo, hi, color="tab:orange", alpha=0.08, linewidth=0)
     ax_p.set_yscale("log")
     ax_p.set_title("(b) polarisation is logarithmically slow")
-    ax_p.legend(loc="lower left", fontsize=5.5)
+    ax_p.legend(loc="lower left")
 
     te, ex = local_exponent(t, data["one_minus_s0"])
     ax_e.plot(te, ex, color="k", **style.FLOW)
@@ -95,17 +95,17 @@ def plot(data: dict, cfg: dict):
     ax_e.set_ylim(min(-3.0, float(np.min(ex[te > 1e2])) - 0.2), 0.5)
     ax_e.set_ylabel("$d\\,\\log(1-s_0)\\,/\\,d\\,\\log\\log t$")
     ax_e.set_title("(c) local exponent of $1 - s_0$")
-    ax_e.legend(loc="upper right", fontsize=5.5)
+    ax_e.legend(loc="upper right")
 
     for ax in (ax_s, ax_p, ax_e):
         ax.set_xscale("log")
         ax.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
         ax.axvline(PAPER_GD_END, color="0.4", linewidth=0.7, linestyle=":")
-    ax_e.text(PAPER_GD_END, ax_e.get_ylim()[0] + 0.3, " paper's GD stops\n ($t = 10^5$)", fontsize=5.5, color="0.3",
+    ax_e.text(PAPER_GD_END, ax_e.get_ylim()[0] + 0.3, " paper's GD stops\n ($t = 10^5$)", fontsize=style.NOTE, color="0.3",
               va="bottom")
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
     fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, {cfg['gd_steps']:.0e} it."],
-               loc="outside lower center", ncol=2, fontsize=6)
+               loc="outside lower center", ncol=2)
     fig.suptitle(f"Fig. 2 continued to $t = 10^{{30}}$ — logistic teacher, $n=d={cfg['n']}$, seed {cfg['seed']}",
                  fontsize=9)
     return fig

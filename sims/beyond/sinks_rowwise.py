@@ -128,13 +128,13 @@ def plot(data: dict, cfg: dict):
             ax.set_ylim(T - 0.5, -0.5)
             ax.set_xticks(range(T))
             ax.set_yticks(range(T))
-            ax.tick_params(labelsize=5, length=1.5)
+            ax.tick_params(labelsize=style.NOTE, length=1.5)
             ax.grid(False)
             ax.set_title(f"$t = {sci(float(data['t'][idx]))}$", fontsize=7, pad=7)
             if c == 0:
-                ax.set_ylabel(f"{name}\nquery row", fontsize=6.5)
+                ax.set_ylabel(f"{name}\nquery row", fontsize=style.NOTE)
             if r == 1:
-                ax.set_xlabel("key column", fontsize=6)
+                ax.set_xlabel("key column", fontsize=style.NOTE)
     fig.colorbar(im, ax=map_axes, location="right", shrink=0.6, label="$s_{t,j}$ (red ▼: argmax $u(0)$)")
 
     ax_w = fig.add_subplot(bottom[0, 0])
@@ -152,7 +152,7 @@ def plot(data: dict, cfg: dict):
     ax_w.set_xscale("log")
     ax_w.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
     ax_w.set_ylabel("row's weight on its final top column")
-    ax_w.legend(loc="upper left", fontsize=5.2)
+    ax_w.legend(loc="upper left")
     ax_w.set_title("each row converges onto one column", fontsize=7.5)
 
     ax_f = fig.add_subplot(bottom[0, 1])
@@ -165,11 +165,11 @@ def plot(data: dict, cfg: dict):
     ax_f.set_xlabel("scale $c$ of $A(0) = c\\cdot$randn$(T, T)$")
     ax_f.set_ylabel(f"fraction of {cfg['trials']} draws")
     ax_f.set_ylim(0, 1.45)
-    ax_f.legend(loc="upper right", fontsize=5.2, ncol=1)
+    ax_f.legend(loc="upper right", ncol=1)
     ax_f.set_title(f"agreement at $t_1 = {sci(cfg['t1'])}$", fontsize=7.5)
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
     fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, $A(0)=0$"], loc="outside lower center",
-               ncol=2, fontsize=6)
+               ncol=2)
     fig.suptitle(f"Attention sinks in the row-wise model ($T={T}$ tokens, $d={cfg['d']}$, logistic teacher)", fontsize=9)
     return fig
 

@@ -66,7 +66,7 @@ def plot(data: dict, cfg: dict):
         [Line2D([], [], color=c_W, **style.FLOW), Line2D([], [], color=c_a, **style.FLOW),
          Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)],
         ["$\\|\\nabla_W L\\|$", "$\\|\\nabla_a L\\|$", "flow", f"GD $\\eta={cfg['lr']:g}$"],
-        loc="lower left", fontsize=5.5, ncol=2,
+        loc="lower left", ncol=2,
     )
     fig.suptitle(
         f"Fig. 12 — conditioning, $d=m={cfg['d']}$, seed {cfg['seed']}: flow to $t={cfg['t1']:g}$, "

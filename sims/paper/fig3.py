@@ -63,7 +63,7 @@ def plot(data: dict, cfg: dict):
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
     labels += ["flow", f"GD $\\eta={cfg['lr']:g}$"]
-    ax.legend(handles, labels, loc="upper left", fontsize=5.5)
+    ax.legend(handles, labels, loc="upper left")
     fig.suptitle(
         f"Fig. 3 — square loss $\\sum(y - XWs)^2$, $d=m={cfg['d']}$, singular values of $X$ in "
         f"$[1/\\kappa, 1]$, seed {cfg['seed']}; flow to $t={cfg['t1']:g}$, GD {cfg['gd_steps']:.0e} it.",

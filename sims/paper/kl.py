@@ -127,11 +127,11 @@ def plot(data: dict, cfg: dict):
     ax_g.set_title("$\\|\\nabla_V L\\|$ and $\\|\\nabla_a L\\|$")
     ax_a.set_title("logits $a_i(t)$: bounded, come to rest")
     ax_s.set_title(f"weights $s_i(t)$: final $\\max_i s_i = {data['s'][keep][-1].max():.4f}$")
-    ax_l.text(0.02, 0.04, _status_line(data), transform=ax_l.transAxes, fontsize=5.5, color="0.25")
+    ax_l.text(0.02, 0.04, _status_line(data), transform=ax_l.transAxes, fontsize=style.NOTE, color="0.25")
     ax_g.legend([Line2D([], [], color="C3", **style.FLOW), Line2D([], [], color="C2", **style.FLOW),
                  Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)],
                 ["$\\|\\nabla_V L\\|$", "$\\|\\nabla_a L\\|$", "flow", f"GD $\\eta={cfg['lr']:g}$, {cfg['gd_steps']:.0e} it."],
-                loc="lower left", fontsize=5.5)
+                loc="lower left")
     fig.suptitle(f"Soft-target cross-entropy, $d=k={cfg['k']}$, $p^*=\\mathrm{{softmax}}(10\\,u)$, seed {cfg['seed']}: "
                  f"flow to $t={cfg['t1']:g}$", fontsize=8)
     return fig

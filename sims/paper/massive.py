@@ -87,15 +87,15 @@ def plot(data: dict, cfg: dict):
         ax_s.set_ylabel("$\\alpha_i(t)$")
         ax_u.set_ylabel("$\\|U[:, j]\\|$")
         ax_u.set_title(f"selected $j={j}$: {data[f'colnorm_{D}'][-1, j]:.2f}; others $\\leq$ {others.max():.2f}",
-                       fontsize=6.5)
-        ax_s.set_title(f"$\\max_i \\alpha_i = {data[f'alpha_{D}'][-1].max():.4f}$", fontsize=6.5)
+                       fontsize=style.NOTE)
+        ax_s.set_title(f"$\\max_i \\alpha_i = {data[f'alpha_{D}'][-1].max():.4f}$", fontsize=style.NOTE)
         if r == len(Ds) - 1:
             for ax in axes[r]:
                 ax.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
     axes[0][0].legend([Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
                        Line2D([], [], color="C3"), Line2D([], [], color="0.6", linewidth=0.5)],
                       ["flow", f"GD $\\eta={cfg['lr']:g}$", "selected token / column", "other tokens / columns"],
-                      loc="lower left", fontsize=5.2)
+                      loc="lower left")
     fig.suptitle(f"Massive activations — tied model $\\alpha=\\mathrm{{softmax}}(Ua)$, $\\beta=U\\alpha$, $U(0)=I$, "
                  f"logistic teacher, seed {cfg['seed']}: flow to $t={cfg['t1']:g}$, GD {cfg['gd_steps']:.0e} it.",
                  fontsize=7.5)

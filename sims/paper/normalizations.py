@@ -173,10 +173,10 @@ def plot(data: dict, cfg: dict, title: str):
         if not data["valid"][m][-1]:
             ax_s.axvline(data["drawn_t_end"][m], color="r", linewidth=0.8, linestyle="--")
         share = final_share(data)[m]
-        ax_s.set_ylabel(f"{LABELS[name]}\n$\\alpha_i(t)$", fontsize=6.5)
+        ax_s.set_ylabel(f"{LABELS[name]}\n$\\alpha_i(t)$", fontsize=style.NOTE)
         ax_a.set_ylabel("$a_i(t)$")
         ax_s.text(0.01, 0.97, _status_text(data, m, cfg) + f"; top share {share:.3f}", transform=ax_s.transAxes,
-                  fontsize=5.2, va="top", color="0.25")
+                  fontsize=style.NOTE, va="top", color="0.25")
         for ax in (ax_s, ax_a):
             ax.set_xscale("log")
             if m == len(maps) - 1:
@@ -185,7 +185,7 @@ def plot(data: dict, cfg: dict, title: str):
     axes[0][1].set_title("logits $a_i(t)$")
     axes[0][1].legend([Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)],
                       ["gradient flow", f"GD $\\eta={cfg['lr']:g}$, {cfg['gd_steps']:.0e} it."],
-                      loc="upper left", fontsize=5.5)
+                      loc="upper left")
     fig.suptitle(title, fontsize=8)
     return fig
 

@@ -25,6 +25,7 @@ import os
 
 import numpy as np
 
+from gradflow.sims import style
 from gradflow.sims.sec4.grids import (QUICK_VARIANTS, VARIANTS, applies, collect, find_result, group_runs, induction_runs,
                                 make_config, variant_name)
 from gradflow.sims.sec4.train import code_hash, run_name
@@ -354,21 +355,21 @@ def bars_by_kernel(ax, values: np.ndarray, cfg: dict, *, ylabel: str, fmt: str =
                 text = fmt.format(val) + (notes[i] if notes is not None else "")
                 # upright if short; labels like "0.00" of adjacent bars would touch
                 above = max(val, float(np.max(points[i]))) if points is not None and len(points[i]) else val
-                ax.text(x, above + 0.02 * top, text, ha="center", va="bottom", fontsize=5.5,
+                ax.text(x, above + 0.02 * top, text, ha="center", va="bottom", fontsize=style.NOTE,
                         rotation=90 if len(text) > 3 else 0)
             else:
                 ran = i is not None and available is not None and bool(np.asarray(available[i]).any())
                 gone = (i is not None and diverged is not None and ran
                         and bool(np.all(np.isfinite(np.asarray(diverged[i])[np.asarray(available[i])]))))
                 label = "diverged" if gone else ran_label if ran else "not run"
-                ax.text(x, 0.02 * top, label, ha="center", va="bottom", fontsize=5, color="0.35", rotation=90)
-    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels], fontsize=6.5, rotation=25, ha="right")
+                ax.text(x, 0.02 * top, label, ha="center", va="bottom", fontsize=style.NOTE, color="0.35", rotation=90)
+    ax.set_xticks(range(len(kernels)), [VARIANT_LABELS[k] for k in kernels], fontsize=style.NOTE, rotation=25, ha="right")
     ax.set_xlim(-0.7, len(kernels) - 0.3)
     ax.set_ylabel(ylabel)
     if legend:
         ax.legend([Patch(facecolor="0.5", edgecolor="k"), Patch(facecolor="0.8", hatch="///", edgecolor="k")],
-                  ["normalised", "w/o normalisation"], loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2,
-                  fontsize=5.5, frameon=False)
+                  ["normalised", "w/o normalisation"], loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False,
+                  handlelength=1.5, columnspacing=1.0, borderaxespad=0.2)
 
 
 def induction_note(cfg: dict) -> str:
@@ -418,7 +419,7 @@ def nan_reduce(fn, a, axis=None):
         return fn(a, axis=axis)
 
 
-def suptitle(fig, text: str, width: int = 140, fontsize: float = 6.5) -> None:
+def suptitle(fig, text: str, width: int = 130, fontsize: float = style.NOTE) -> None:
     """A figure title wrapped to ``width`` characters per line (long settings lines would widen
     the saved figure)."""
     import textwrap

@@ -24,7 +24,9 @@ OFF_SCALE = 1.5
 
 def plot(data: dict, cfg: dict):
     data = _sec4.unpack(data)
-    fig, axes = style.figure(1, 3, height=3.0)  # room below the axes for the legend
+    # room below the axes for the legend and the off-scale note; the bar panel wider: its
+    # vertical value labels need a bar's width each
+    fig, axes = style.figure(1, 3, height=3.8, width_ratios=(1.5, 1, 1))
     ax, ax_c, ax_b = axes[0]
     acc = np.where(data["ind_available"], data["induction_acc"], np.nan)
     acc = np.array([np.mean(a[np.isfinite(a)]) if np.isfinite(a).any() else np.nan for a in acc])
@@ -32,9 +34,9 @@ def plot(data: dict, cfg: dict):
                          diverged=data["diverged_step"], all_variants=cfg["scale"] == "paper")
     ax.axhline(0.95, color="0.4", linestyle="--", linewidth=0.7)
     ax.tick_params(axis="x", labelrotation=35)
-    ax.set_ylim(0, 1.12)
+    ax.set_ylim(0, 1.3)  # the vertical value labels of bars at 1 inside the axes
     several = len(cfg["induction_runs"]) > 1
-    ax.set_title("final accuracy" + (", mean over runs" if several else "") + " (chance 1/49)", fontsize=7, pad=14)
+    ax.set_title("final accuracy" + (", mean over runs" if several else "") + " (chance 1/49)", fontsize=7, pad=20)
     main = f"\n{cfg['induction_runs'][0]['n_heads']}-head runs" if several else ""  # the curves: run 0 only
     cols = style.colors(len(cfg["variants"]))
     off_scale = []
@@ -65,25 +67,27 @@ def plot(data: dict, cfg: dict):
     if cfg["scale"] == "paper":
         old = _sec4.OLD_STOP_STEP / 391
         ax_b.axvline(old, color="0.6", linewidth=0.8)
-        ax_b.text(old, 0.02, " earlier early stop", fontsize=5, color="0.4", rotation=90, va="bottom")
+        ax_b.text(old, 0.02, " earlier early stop", fontsize=style.NOTE, color="0.4", rotation=90, va="bottom")
     ax_c.set_ylabel("test accuracy")
     ax_c.set_ylim(0, 1.02)
     ax_c.set_title(f"during training (x: diverged){main}", fontsize=7)
     if data["ind_available"][:, 0].any():
         # one legend for the curves of both panels, below the figure: over the curves it hid them
-        fig.legend(*ax_c.get_legend_handles_labels(), loc="outside lower center", ncol=6, fontsize=5,
+        fig.legend(*ax_c.get_legend_handles_labels(), loc="outside lower center", ncol=6,
                    frameon=False, handlelength=2.2, columnspacing=1.0)
     ax_b.set_ylabel("layer-2 BOS share")
     ax_b.set_ylim(-0.3, 1.05)  # signed kernels can have shares outside [0, 1]: clipped here
     ax_b.set_title(f"BOS share: max over heads (solid), mean (dotted){main}", fontsize=7)
     if off_scale:
-        # under the axis label (the layout makes room for it; inside the axes it covered curves)
-        ax_b.set_xlabel("epoch\nnot drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
-                        fontsize=5.5, color="C3")
+        # its own text under the axis label (the layout makes room for it; inside the axes it
+        # covered curves), the label itself left black and alone
+        ax_b.annotate("not drawn, off scale (signed kernel: share not a fraction):\n" + "\n".join(off_scale),
+                      xy=(0.5, 0.0), xycoords=ax_b.xaxis.label, xytext=(0, -4), textcoords="offset points",
+                      ha="center", va="top", fontsize=style.NOTE, color="C3")
     missing = [n for i, n in enumerate(cfg["variants"]) if not data["ind_available"][i].any()]
     if missing:
         ax_c.text(0.98, 0.3, f"not run: {len(missing)} of {len(cfg['variants'])} variants",
-                  transform=ax_c.transAxes, ha="right", va="bottom", fontsize=5.5, color="0.35")
+                  transform=ax_c.transAxes, ha="right", va="bottom", fontsize=style.NOTE, color="0.35")
     _sec4.suptitle(fig, "Induction accuracy — " + _sec4.induction_note(cfg))
     return fig
 

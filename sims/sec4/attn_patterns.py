@@ -42,10 +42,10 @@ def plot(data: dict, cfg: dict):
             labels = ["BOS"] + [str(t) for t in tok[1:-1]] + [f"q={tok[-1] - vocab}" if tok[-1] >= vocab
                                                               else f"q={tok[-1]}"]
             im = ax.imshow(m, vmin=0, vmax=1, cmap="magma")
-            ax.set_xticks(range(len(labels)), labels, fontsize=4.5, rotation=90)
-            ax.set_yticks(range(len(labels)), labels, fontsize=4.5)
+            ax.set_xticks(range(len(labels)), labels, fontsize=style.NOTE, rotation=90)
+            ax.set_yticks(range(len(labels)), labels, fontsize=style.NOTE)
             bos = data["bos_share"][i, 0, -1, h]
-            ax.set_title(f"{_sec4.variant_label(name)}, head {h}\nBOS share {bos:.2f}", fontsize=6.5)
+            ax.set_title(f"{_sec4.variant_label(name)}, head {h}\nBOS share {bos:.2f}", fontsize=style.NOTE)
     if im is not None:
         fig.colorbar(im, ax=[a for row in axes for a in row], shrink=0.6, label=r"share $|w_{ij}| / \sum_j |w_{ij}|$")
     accs = ", ".join(f"{_sec4.variant_label(n)} {data['induction_acc'][names.index(n), 0]:.2f}"

@@ -74,7 +74,7 @@ def plot(data: dict, cfg: dict):
                              available=data["grp_available"][:, cols], top=1.0, ran_label="diverged",
                              diverged=data["diverged_step_groups"][:, cols], legend=p == 0,
                              all_variants=cfg["scale"] == "paper", points=points, notes=notes)
-        ax.set_ylim(0, 1.5 if any(notes) else 1.2)  # room for the vertical labels of bars at 1
+        ax.set_ylim(0, 1.6 if any(notes) else 1.3)  # room for the vertical labels of bars at 1
         ax.set_yticks(np.linspace(0, 1, 6))
         acc = _mean_over(data, "group_acc", cols)
         acc = acc[np.isfinite(acc)]
@@ -82,7 +82,7 @@ def plot(data: dict, cfg: dict):
         accs = ("none finished" if not len(acc) else f"{lo} ({len(acc)} variant{'s' * (len(acc) > 1)})" if lo == hi
                 else f"{lo}–{hi} over {len(acc)} variants")
         ax.set_title(f"{'MLP' if s['use_mlp'] else 'no MLP'}, {'LN' if s['use_layernorm'] else 'no LN'}\n"
-                     f"group acc.: {accs}", fontsize=6.5, pad=14 if p == 0 else 4)
+                     f"group acc.: {accs}", fontsize=style.NOTE, pad=18 if p == 0 else 4)
         ax.tick_params(axis="x", labelrotation=25)
     ctrl = [g for g, s in enumerate(cfg["group_runs"]) if "only_variants" in s]
     note = ""

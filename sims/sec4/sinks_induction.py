@@ -41,7 +41,7 @@ def plot(data: dict, cfg: dict):
         ax.text(0.98, 0.98, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
                 "shares in (0.9, 1] only: "
                 + ", ".join(f"{_sec4.variant_label(cfg['variants'][i])} {pct_bounded[i]:.0f} %" for i in unbounded),
-                transform=ax.transAxes, fontsize=5, color="C3", va="top", ha="right")
+                transform=ax.transAxes, fontsize=style.NOTE, color="C3", va="top", ha="right")
     ax.set_title("sink heads in runs with induction acc. > 0.95", fontsize=7, pad=14)
     names = cfg["variants"]
     runs = cfg["induction_runs"]
@@ -56,13 +56,13 @@ def plot(data: dict, cfg: dict):
                          color="C0" if ok else "C3", alpha=0.85)
     ax_h.axhline(0.9, color="0.4", linestyle="--", linewidth=0.7)
     ax_h.set_xticks(range(len(names)), [_sec4.variant_label(n) for n in names], rotation=35, ha="right",
-                    fontsize=6)
+                    fontsize=style.NOTE)
     ax_h.set_xlim(-0.6, len(names) - 0.4)
     ax_h.set_ylabel("BOS share of a layer-2 head")
     heads = sorted({s["n_heads"] for s in runs})
     ax_h.set_title("each layer-2 head (blue: acc > 0.95, red: below; "
                    + ", ".join(f"{MARKERS.get(h, 'o')} {h} head{'s' if h > 1 else ''}" for h in heads) + ")",
-                   fontsize=6.5)
+                   fontsize=style.NOTE)
     b2 = data["bos_share"][:, :, -1]
     lo, hi = (np.nanmin(b2), np.nanmax(b2)) if np.isfinite(b2).any() else (0.0, 1.0)
     if hi > 5 or lo < -2:  # signed kernels: shares far outside [0, 1]; linear in [-1, 1], log beyond
@@ -76,10 +76,10 @@ def plot(data: dict, cfg: dict):
         note = "share > 1: signed kernel, not a fraction"
     if hi > 1.03:
         ax_h.axhspan(1.0, top, color="C3", alpha=0.06, linewidth=0)
-        ax_h.text(0.01, 0.99, note, transform=ax_h.transAxes, fontsize=5.5, color="C3", va="top")
+        ax_h.text(0.01, 0.99, note, transform=ax_h.transAxes, fontsize=style.NOTE, color="C3", va="top")
     for i in range(len(names)):
         if not data["ind_available"][i].any():
-            ax_h.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=6, color="0.35")
+            ax_h.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=style.NOTE, color="0.35")
     _sec4.suptitle(fig, "Attention sinks in induction models — " + _sec4.induction_note(cfg))
     return fig
 

@@ -38,7 +38,7 @@ def plot(data: dict, cfg: dict):
     ax.set_xlabel("sparsity score (share on the max-weight token)")
     ax.set_ylabel("heads")
     ax.set_title("softmax vs sigmoid w/o norm (cf. paper Fig. 7)", fontsize=7, pad=24)
-    ax.legend(fontsize=5.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, frameon=False,
+    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=1, frameon=False,
               borderaxespad=0.2)
     for i, name in enumerate(names):
         ind, grp = data["sparsity_induction"][i].ravel(), data["sparsity_groups"][i].ravel()
@@ -49,14 +49,14 @@ def plot(data: dict, cfg: dict):
             ax_all.scatter(np.full(grp.size, i + 0.12), grp, s=8, color="C2", marker="s",
                            label="group heads (CLS row)" if i == 0 else None)
         else:
-            ax_all.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=6, color="0.35")
+            ax_all.text(i, 0.5, "not run", rotation=90, ha="center", va="center", fontsize=style.NOTE, color="0.35")
     ax_all.set_xticks(range(len(names)), [_sec4.variant_label(n) for n in names], rotation=35, ha="right",
-                      fontsize=6)
+                      fontsize=style.NOTE)
     ax_all.set_xlim(-0.6, len(names) - 0.4)
     ax_all.set_ylim(0, 1.03)
     ax_all.set_ylabel("sparsity score per head")
     ax_all.set_title("every head, every variant", fontsize=7, pad=24)
-    ax_all.legend(fontsize=5.5, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
+    ax_all.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, frameon=False)
     expected = sum(len(s.get("only_variants", names)) for s in cfg["group_runs"])
     done = int(data["grp_available"].sum())
     _sec4.suptitle(fig, "Per-head sparsity — induction: " + _sec4.induction_note(cfg) + "\ngroups: "
