@@ -51,7 +51,7 @@ def test_l1_flow_matches_gradient_descent_to_first_order():
     assert errs[1] < 2e-3 and errs[0] / errs[1] == pytest.approx(2.0, rel=0.1), errs
 
 
-# --- relu-normalised and sparsemax (issue 29) -------------------------------------------------
+# --- relu-normalised and sparsemax ------------------------------------------------------------
 # For the value-softmax model (logits = a) both maps need no rule of their own: a logit that
 # reaches its kink from the inside crosses it transversally and is frozen on the outside, which
 # is the Filippov field there and the limit of GD (see gradflow.flow.KINKED_MAPS). These tests
