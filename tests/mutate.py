@@ -22,7 +22,8 @@ A mutation whose text is not found (exactly once) in its file is reported loudly
 ``gradflow/_engine/``, ``gradflow/_simulate.py``, ``gradflow/_integrate.py``, ``gradflow/_descend.py``), which a restructuring moves: they are kept
 apart so that they can be re-targeted in one place.
 
-Exit status: 0 if every mutation was found and caught, 1 otherwise.
+Exit status: 0 if every mutation was found and caught, 1 otherwise, 2 if the unmutated copy does not
+even collect (an environment problem: nothing is run, nothing counted).
 """
 
 from __future__ import annotations
@@ -434,7 +435,7 @@ ALL = MUTATIONS + ENGINE_MUTATIONS
 
 
 def _copy_repo(dst: Path) -> None:
-    ignore = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".hypothesis")
+    ignore = shutil.ignore_patterns(".git", "__pycache__", ".pytest_cache", "*.pyc", ".hypothesis", ".venv*")
     shutil.copytree(ROOT, dst, ignore=ignore, dirs_exist_ok=True)
 
 
@@ -513,6 +514,15 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="gradflow-mutate-") as tmp:
         work = Path(tmp) / "repo"
         _copy_repo(work)
+        # the unmutated copy must collect cleanly: otherwise every mutation would "fail" for the
+        # harness's own reason (an environment problem) and be counted as caught
+        env = {**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+        base = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only",
+                               "-n", "0", *DEFAULT_FILES], cwd=work, env=env, capture_output=True, text=True)
+        if base.returncode != 0:
+            print(f"the unmutated copy does not collect (pytest exit {base.returncode}); nothing run:\n"
+                  f"{(base.stdout + base.stderr)[-3000:]}", file=sys.stderr)
+            return 2
         for m in chosen:
             row = run_one(m, work, args.timeout)
             rows.append((m, row))
