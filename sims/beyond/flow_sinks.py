@@ -190,11 +190,31 @@ def _label(kernel: str, norm: bool) -> str:
     return kernel + (" (normalised)" if norm else " w/o norm")
 
 
+def _acc_loss(ax, curves, xlabel: str, title: str) -> None:
+    """Induction accuracy (left axis, black) and training loss (right axis, blue) of ``curves``:
+    ``[(t, acc, loss, style kwargs, label)]``."""
+    ax_l = ax.twinx()
+    for t, acc, loss, kw, label in curves:
+        pos = t > 0
+        ax.plot(t[pos], acc[pos], color="k", label=f"induction acc., {label}", **kw)
+        ax_l.plot(t[pos], loss[pos], color="C0", label=f"training loss, {label}", **kw)
+    ax.set_xscale("log")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_ylabel("induction accuracy (evaluation set)", fontsize=6.5)
+    ax_l.set_ylabel("training loss", fontsize=6.5, color="C0")
+    ax.set_xlabel(xlabel)
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax_l.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=5.2, loc="center left")
+    ax.set_title(title, fontsize=6.5)
+
+
 def plot(data: dict, cfg: dict):
     K = len(cfg["kernels"])
-    fig, axes = style.figure(K, 3, height=2.5 * K)
+    fig, axes = style.figure(K, 4, height=2.6 * K)
+    fig.set_size_inches(style.WIDTH * 1.5, 2.6 * K)  # four panels a row: wider than the paper's column
     for i, (kernel, norm) in enumerate(cfg["kernels"]):
-        ax_b, ax_a, ax_adam = axes[i]
+        ax_b, ax_a, ax_adam, ax_adam_a = axes[i]
         H = data["flow_bos"].shape[-1]
         cols = style.colors(H)
         tf, bf, af, lf = _curve(data, "flow", i)
@@ -204,39 +224,34 @@ def plot(data: dict, cfg: dict):
         for h in range(H):
             ax_b.plot(tf[pos_f], bf[pos_f, h], color=cols[h], label=f"head {h}", **style.FLOW)
             ax_b.plot(tg[pos_g], bg[pos_g, h], color=cols[h], **style.GD)
-            ax_adam.plot(ta[pos_a], ba[pos_a, h], color=cols[h], marker=".", markersize=3, linewidth=1.0)
+            ax_adam.plot(ta[pos_a], ba[pos_a, h], color=cols[h], marker=".", markersize=3, linewidth=1.0,
+                         label=f"head {h}")
+        lo = min(0.0, float(np.min(bf)), float(np.min(bg)), float(np.min(ba)))
+        hi = max(1.0, float(np.max(bf)), float(np.max(bg)), float(np.max(ba)))
         for ax in (ax_b, ax_adam):
             ax.axhline(0.9, color="0.4", linestyle="--", linewidth=0.7)
             ax.set_xscale("log")
+            ax.set_ylim(lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo))
             ax.set_ylabel(f"layer-2 BOS share — {_label(kernel, norm)}", fontsize=6.5)
+            ax.legend(fontsize=5.5, loc="upper left")
+            if hi > 1.0 or lo < 0.0:
+                ax.text(0.99, 0.01, "signed weights: the share is not a fraction", transform=ax.transAxes,
+                        fontsize=5, color="C3", ha="right", va="bottom")
         ax_b.axvline(float(data["flow_t_end"][i]), color="0.3", linestyle=":", linewidth=0.8)
         ax_b.set_xlabel("flow time $t$ (GD: $t = \\eta k$)")
         ax_b.set_title(f"flow (lines) to $t$ = {float(data['flow_t_end'][i]):.3g} "
-                       f"({data['flow_status'][i]}, {int(data['flow_steps'][i])} steps); "
-                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o)", fontsize=6.5)
-        ax_b.legend(fontsize=5.5, loc="upper left")
-        ax_a.plot(tf[pos_f], af[pos_f], color="k", label="induction acc., flow", **style.FLOW)
-        ax_a.plot(tg[pos_g], ag[pos_g], color="k", **style.GD)
-        ax_a.plot(ta[pos_a], aa[pos_a], color="C3", marker=".", markersize=3, linewidth=1.0,
-                  label="induction acc., Adam (steps)")
-        ax_a.set_xscale("log")
-        ax_a.set_ylim(-0.02, 1.02)
-        ax_a.set_ylabel("induction accuracy (evaluation set)", fontsize=6.5)
-        ax_a.set_xlabel("flow time $t$ (black) / Adam step (red)")
-        ax_l = ax_a.twinx()
-        ax_l.plot(tf[pos_f], lf[pos_f], color="C0", linewidth=0.9, label="training loss, flow")
-        ax_l.plot(tg[pos_g], lg[pos_g], color="C0", **style.GD)
-        ax_l.plot(ta[pos_a], la[pos_a], color="C1", linewidth=0.9, linestyle="--", label="training loss, Adam")
-        ax_l.set_ylabel("training loss", fontsize=6.5, color="C0")
-        h1, l1 = ax_a.get_legend_handles_labels()
-        h2, l2 = ax_l.get_legend_handles_labels()
-        ax_a.legend(h1 + h2, l1 + l2, fontsize=5.2, loc="center left")
-        ax_a.set_title("accuracy and training loss", fontsize=6.5)
-        ax_adam.set_xlabel("Adam step $k$ (its own axis, not flow time)")
-        ax_adam.set_title(f"AdamW lr {cfg['adam_lr']:g}, wd {cfg['adam_wd']:g}, full batch", fontsize=6.5)
+                       f"({data['flow_status'][i]}, {int(data['flow_steps'][i])} steps);\n"
+                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o) to the same $t$", fontsize=6.5)
+        _acc_loss(ax_a, [(tf, af, lf, style.FLOW, "flow"), (tg, ag, lg, style.GD, "GD")],
+                  "flow time $t$ (GD: $t = \\eta k$)", "flow and GD:\naccuracy, training loss")
+        ax_adam.set_xlabel("Adam step $k$ (not flow time)")
+        ax_adam.set_title(f"AdamW lr {cfg['adam_lr']:g}, wd {cfg['adam_wd']:g},\nfull batch, "
+                          f"{int(data['adam_steps'][i])} steps", fontsize=6.5)
+        _acc_loss(ax_adam_a, [(ta, aa, la, dict(marker=".", markersize=3, linewidth=1.0), "Adam")],
+                  "Adam step $k$", "Adam:\naccuracy, training loss")
     fig.suptitle(f"Sinks under the exact flow? Sec. 4 induction transformer, d_model {cfg['d_model']}, "
                  f"{cfg['n_layers']} layers × {cfg['n_heads']} heads, {cfg['n_train']} fixed training sequences "
-                 f"(full batch), same init; {cfg['scale']} scale", fontsize=8)
+                 f"(full batch, float64), one init; {cfg['scale']} scale. Dashed: sink threshold 0.9", fontsize=8)
     return fig
 
 
