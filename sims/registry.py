@@ -30,6 +30,7 @@ FIGURES: dict[str, str] = {
     "gd-vs-flow": "beyond.gd_vs_flow",
     "sinks-rowwise": "beyond.sinks_rowwise",
     "max-margin": "beyond.max_margin",
+    "flow-sinks": "beyond.flow_sinks",
     # the paper's figures, continued
     "fig3": "paper.fig3",
     "fig12": "paper.fig12",

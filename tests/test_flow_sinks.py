@@ -1,0 +1,147 @@
+"""The ``flow-sinks`` figure's three trainings of the Sec. 4 transformer (sims/beyond/flow_sinks.py).
+
+The flow is checked against SciPy's ``solve_ivp`` (DOP853 at tight tolerance) on the same loss,
+flattened with ``ravel_pytree`` (an integrator that shares nothing with gradflow's engine); GD
+against the same SciPy flow (its error shrinks like ``lr``); a negative control shows the
+comparison separates a different loss. The figure's JSON fields are checked on hand-made data
+(fast) and on the real quick build (slow).
+"""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+from scipy.integrate import solve_ivp
+
+from gradflow.sims.beyond import flow_sinks as fs
+from gradflow.sims.sec4.train import induction_config
+
+TS = np.array([0.0, 0.1, 0.3, 1.0])
+
+
+def _tiny(aux_weight: float = 0.2):
+    """A 1-layer, 1-head, d_model-4 softmax induction transformer (vocab 12: 24 output ids) on 4
+    training sequences."""
+    rc = induction_config("softmax", True, 0, d_model=4, n_layers=1, n_heads=1, vocab=12, n_train=4, batch=4,
+                          n_test=8, aux_weight=aux_weight)
+    return fs.setup(rc)
+
+
+def _scipy_flow(loss, params0, args, ts):
+    """``dθ/dt = −∇L(θ)`` of the flattened parameters by SciPy's DOP853 (rtol 1e-11, atol 1e-13)."""
+    flat0, unravel = ravel_pytree(params0)
+    grad = jax.jit(jax.grad(lambda v: loss(unravel(v), args)))
+    sol = solve_ivp(lambda t, v: -np.asarray(grad(v)), (ts[0], ts[-1]), np.asarray(flat0), method="DOP853",
+                    t_eval=ts, rtol=1e-11, atol=1e-13)
+    assert sol.success, sol.message
+    return sol.y.T  # (len(ts), n_params)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    loss, p0, args, _ = _tiny()
+    return loss, p0, args, _scipy_flow(loss, p0, args, TS)
+
+
+def _flat(sol) -> np.ndarray:
+    return np.stack([np.asarray(ravel_pytree(jax.tree.map(lambda a: a[i], sol.params))[0])
+                     for i in range(len(np.asarray(sol.t)))])
+
+
+@pytest.mark.slow  # ~150 s on 2 busy cores, almost all of it compiling the engine's solve of the transformer
+def test_flow_matches_scipy(tiny):
+    loss, p0, args, ref = tiny
+    sol = fs.flow(loss, p0, args, t1=float(TS[-1]), ts=TS, max_steps=4096, rtol=1e-9)
+    assert sol.status == "ok"
+    got = _flat(sol)
+    moved = np.max(np.abs(ref[-1] - ref[0]))
+    assert moved > 0.05  # the parameters move: the comparison is not of two standing states
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-7 * max(1.0, np.max(np.abs(ref))))
+    losses = [float(loss(jax.tree.map(lambda a: a[i], sol.params), args)) for i in range(len(TS))]
+    np.testing.assert_allclose(np.asarray(sol.loss), losses, rtol=1e-12)
+    assert losses[-1] < losses[0]
+
+
+def test_flow_comparison_separates_another_loss(tiny):
+    """Negative control: the SciPy flow of the loss without the next-token term (aux 0) is far from
+    the flow of the figure's loss, far beyond the tolerance the test above uses."""
+    _, _, _, ref = tiny
+    loss0, p0, args, _ = _tiny(aux_weight=0.0)
+    other = _scipy_flow(loss0, p0, args, TS)
+    assert np.max(np.abs(other[-1] - ref[-1])) > 1e3 * 1e-7 * max(1.0, np.max(np.abs(ref)))
+
+
+@pytest.mark.slow  # ~60 s: one compile of the descent per lr
+def test_gd_approaches_the_flow(tiny):
+    """GD at step ``lr`` to ``t = 1``: distance to the (SciPy) flow ``O(lr)``, halving with ``lr``."""
+    loss, p0, args, ref = tiny
+    errs = []
+    for lr in (0.02, 0.01, 0.005):
+        steps = int(round(TS[-1] / lr))
+        gd = fs.descent(loss, p0, args, steps=steps, record=[0, steps], lr=lr)
+        assert gd.status == "ok"
+        assert float(np.asarray(gd.t)[-1]) == pytest.approx(TS[-1])
+        errs.append(np.max(np.abs(_flat(gd)[-1] - ref[-1])))
+    errs = np.asarray(errs)
+    ratios = errs[:-1] / errs[1:]
+    assert np.all((ratios > 1.7) & (ratios < 2.3)), (errs, ratios)
+    assert errs[-1] < 0.05 * np.max(np.abs(ref[-1] - ref[0]))
+
+
+def _fake_data(cfg: dict) -> dict:
+    """Hand-made ``compute`` output: 2 kernels, 2 heads, 5 points, the last two of the flow unreached."""
+    K, P, H = len(cfg["kernels"]), 5, 2
+    d = {}
+    for o in fs.OPTIMISERS:
+        d[f"{o}_t"] = np.tile(np.array([0.0, 0.1, 1.0, 10.0, 100.0]), (K, 1))
+        d[f"{o}_k"] = np.zeros((K, P), int)
+        d[f"{o}_valid"] = np.ones((K, P), bool)
+        d[f"{o}_loss"] = np.tile(np.linspace(5.0, 1.0, P), (K, 1))
+        d[f"{o}_bos"] = np.tile(np.linspace(0.1, 0.95, P)[:, None] * np.array([1.0, 0.5]), (K, 1, 1))
+        d[f"{o}_acc"] = np.tile(np.linspace(0.0, 1.0, P), (K, 1))
+        d[f"{o}_seconds"] = np.ones(K)
+        d[f"{o}_steps"] = np.full(K, 7)
+        d[f"{o}_status"] = np.array(["ok"] * K)
+        d[f"{o}_t_end"] = np.full(K, 100.0)
+    d["flow_valid"][:, 3:] = False
+    d["flow_status"] = np.array(["max_steps"] * K)
+    d["flow_t_end"] = np.full(K, 2.5)
+    assert d["flow_bos"].shape == (K, P, H)
+    return d
+
+
+def test_summary_records_each_curve():
+    cfg = fs.config(True)
+    s = fs.summary(_fake_data(cfg), cfg)
+    assert list(s) == ["softmax-norm", "linear-raw"]
+    for row in s.values():
+        assert set(row) == set(fs.OPTIMISERS)
+        f = row["flow"]
+        assert (f["t_end"], f["status"], f["steps"]) == (2.5, "max_steps", 7)
+        assert f["t"] == [0.0, 0.1, 1.0]  # unreached save points left out
+        assert len(f["bos_share"]) == 3 and f["bos_share"][-1] == [pytest.approx(0.5250), pytest.approx(0.2625)]
+        assert f["final_max_bos_share"] == pytest.approx(0.525) and f["final_sink_heads"] == 0
+        assert row["adam"]["axis"] == "step" and row["gd"]["axis"] == "flow time"
+        assert row["adam"]["final_sink_heads"] == 1  # 0.95 > 0.9 in head 0, 0.475 in head 1
+        assert "AdamW" in row["adam"]["optimiser"] and "GD" in row["gd"]["optimiser"]
+
+
+@pytest.mark.slow
+def test_quick_figure_json(tmp_path):
+    from gradflow.sims.build import build
+
+    rec = build("flow-sinks", str(tmp_path), quick=True, progress=False)
+    on_disk = json.loads((tmp_path / "flow-sinks.json").read_text())
+    assert on_disk["summary"] == json.loads(json.dumps(rec["summary"]))
+    for name, row in on_disk["summary"].items():
+        f = row["flow"]
+        assert f["status"] in ("ok", "max_steps") and 0 < f["t_end"] <= on_disk["config"]["t1"]
+        assert f["steps"] <= on_disk["config"]["max_steps"]
+        assert row["gd"]["t"][-1] >= f["t"][-1]  # GD runs to the flow time the flow reached
+        for o in fs.OPTIMISERS:
+            assert len(row[o]["bos_share"]) == len(row[o]["t"]) == len(row[o]["induction_acc"]) > 1
+            assert all(len(b) == on_disk["config"]["n_heads"] for b in row[o]["bos_share"])
