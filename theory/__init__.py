@@ -23,7 +23,7 @@ from .maxmargin import att_svm, att_svm_nuclear, direction_verdict, nuclear_verd
 from .invariants import output_response, output_response_along, sum_a_conserved, v_perp_frozen
 from .ordering import order_preserved, repulsion
 from .polarisation import asymptotic_fits, gamma_log_growth, loss_vanishes, ratio_bound
-from .registry import (CHECKS, DEFAULT_TRIALS, DEPRECATED_IDS, canonical_id, check_ids, get_check, run_check,
+from .registry import (CHECKS, DEFAULT_TRIALS, DEPRECATED_IDS, EXPLORATORY, canonical_id, check_ids, get_check, run_check,
                        run_checks)
 from .replicator import replicator_agrees
 from .square import conditioning_trend, partial_polarisation, rank_one
@@ -33,6 +33,7 @@ __all__ = [
     "CheckResult",
     "DEFAULT_TRIALS",
     "DEPRECATED_IDS",
+    "EXPLORATORY",
     "Verdict",
     "asymptotic_fits",
     "att_svm",
