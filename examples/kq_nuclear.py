@@ -1,4 +1,4 @@
-"""Factorised key–query attention: the flow of K Qᵀ turns to the nuclear-norm att-SVM
+"""Factorised key–query attention: on this draw the flow of K Qᵀ turns to the nuclear-norm att-SVM
 
 Key–query attention `f(X) = vᵀ Xᵀ softmax(X W z)` trained as `W = K Qᵀ` (`K, Q ∈ R^{d×m}`) instead
 of `W` itself. Tarzanagh, Li, Thrampoulidis, Oymak ("Transformers as Support Vector Machines",
@@ -7,7 +7,9 @@ of `W` itself. Tarzanagh, Li, Thrampoulidis, Oymak ("Transformers as Support Vec
 the Frobenius one, `W_F`. Here both gradient flows run with `gradflow.integrate` (defaults) to
 `t = 1e30` on one draw where the two SVMs differ (`gradflow.maxmargin.att_svm_nuclear`, solved
 with CVXPY and Clarabel, against `att_svm_kq`). The same statement on more draws is the check
-`mm.kq-nuclear` (`gradflow check mm.kq-nuclear`).
+`mm.kq-nuclear` (`gradflow check mm.kq-nuclear`), and there it does **not** hold on every draw: on
+7 of its 16 default draws K Qᵀ at t = 1e30 is not clearly closer to the nuclear-norm solution
+than to the Frobenius one (docs: Max-margin token selection). This draw is one where it is.
 """
 
 import os
