@@ -560,9 +560,10 @@ def att_svm_nuclear(X, Y, v, opt, Z) -> NuclearSVMSolution:
     if w.value is None or margins.dual_value is None:
         raise RuntimeError(f"nuclear att-SVM: Clarabel ended with status {problem.status} and no solution")
     W = np.asarray(w.value, float).reshape(d, d)
-    lam = np.maximum(np.asarray(margins.dual_value, float), 0.0)
+    raw = np.asarray(margins.dual_value, float)
+    res = _nuclear_certificate(A, W, raw)  # dual feasibility checked on the solver's own multipliers
+    lam = np.maximum(raw, 0.0)  # then round-off below 0 clipped for the returned certificate
     G = (A.T @ lam).reshape(d, d)
-    res = _nuclear_certificate(A, W, lam)
     if max(res.values()) > SVM_CERT_TOL:
         raise RuntimeError(f"nuclear att-SVM: Clarabel ended with status {problem.status}; certificate residuals {res}")
     return NuclearSVMSolution(w=W, A=A, dual=lam, dual_matrix=G, active=lam > 1e-6 * max(lam.max(), 1e-300),

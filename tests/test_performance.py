@@ -151,6 +151,7 @@ print(" ".join(sorted(os.listdir(sys.argv[1]))))
 """
 
 
+@pytest.mark.skipif(not _pinned.ACTIVE, reason="the equinox swap is off on an untested equinox (gradflow/_engine/_pinned.py)")
 def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
     """diffrax checks save times with ``eqx.error_if``, a host callback by default, and JAX never
     caches a computation with host callbacks: the solve traced under ``_cacheable`` is written

@@ -177,3 +177,21 @@ def test_quadrature_non_finite_at_the_start_ends_nonfinite_at_once():
     sol = gradflow.integrate(loss, 0.0, t1=10.0, quadratures={"bad": lambda w: jnp.log(w - w)})
     assert sol.status == "nonfinite" and float(sol.t_end) == 0.0 and np.all(np.isfinite(np.asarray(sol.params)))
     assert gradflow.integrate(loss, 0.0, t1=10.0).status == "ok"
+
+
+def test_several_quadratures_at_rest_including_one_that_vanishes_there():
+    """``L = (w − 1)²/2`` from ``w = 0`` (``w = 1 − e^{−t}``) with three quadratures at once and the
+    rest stop on: ``∫ w² dt`` (closed form ``t − 2(1 − e^{−t}) + (1 − e^{−2t})/2``), ``∫ (w − 1)² dt``
+    (vanishes at rest; ``(1 − e^{−2t})/2 → 1/2``) and ``∫ w dt`` (``t − 1 + e^{−t}``) to ``t1 = 1e6``.
+    The vanishing one must not hold the stop back (status ``ok``, a rest time) and all three match."""
+    loss = lambda w: 0.5 * (w - 1.0) ** 2
+    t1 = 1e6
+    sol = gradflow.integrate(loss, 0.0, t1=t1, ts=[0.0, 1.0, t1], quadratures={
+        "w2": lambda w: w ** 2, "gap2": lambda w: (w - 1.0) ** 2, "w": lambda w: w})
+    assert sol.status == "ok" and np.isfinite(float(sol.t_steady))
+    q = {k: np.asarray(v) for k, v in sol.quadratures.items()}
+    e1 = np.exp(-1.0)
+    np.testing.assert_allclose(q["w2"][1], 1.0 - 2.0 * (1.0 - e1) + 0.5 * (1.0 - e1 ** 2), rtol=1e-7)
+    np.testing.assert_allclose(q["gap2"][1:], [0.5 * (1.0 - e1 ** 2), 0.5], rtol=1e-7)
+    np.testing.assert_allclose(q["w2"][-1], t1 - 1.5, rtol=1e-9)
+    np.testing.assert_allclose(q["w"][-1], t1 - 1.0, rtol=1e-9)

@@ -90,8 +90,9 @@ STATEMENTS = {
     "mm.regpath": "Tarzanagh et al. 2023 (regularisation path): argmin_{||p|| <= R} L(p) / R -> p_mm/||p_mm|| as R grows",
     "mm.value-softmax": "Paper Fig. 2 logits as one-sample p-attention with X = I: a(t)/||a(t)|| -> e_w - 1/n "
     "(the att-SVM direction for the flow's winner w) by t = 1e30",
-    "mm.kq-nuclear": "Tarzanagh et al. 2023 (W = K Q^T): the flow of factorised key-query attention from a small "
-    "start turns to the nuclear-norm att-SVM, not the Frobenius one (checked to t = 1e30)",
+    "mm.kq-nuclear": "open question (exploratory): does the flow of factorised key-query attention W = K Q^T from a "
+    "small start turn to the nuclear-norm att-SVM, not the Frobenius one (checked to t = 1e30)? Tarzanagh et al. "
+    "2023 prove it for the regularisation path; Sheen et al. 2024 for the flow from aligned starts",
 }
 
 MM_T1 = 1e30

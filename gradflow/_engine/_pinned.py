@@ -1,5 +1,9 @@
-"""Every use of a library's private or experimental internals, in one module, each guarded by the
-versions it was tested on and with a clean fallback. Nothing else in gradflow touches them.
+"""The workarounds that replace or reach into a library's private internals, in one module, each
+guarded by the versions it was tested on and with a clean fallback. (Two read-only uses of
+semi-public equinox/diffrax API stay where they are used, in :mod:`gradflow._engine.erk`:
+``equinox.internal.unvmap_any``, as diffrax's own explicit solvers use it, and Dopri8's dense-output
+coefficients, ``diffrax.Dopri8.interpolation_cls.eval_coeffs``; ``tests/test_erk.py`` checks the
+unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests.)
 
 - :func:`cacheable` (equinox): trace the solves with equinox's ``on_error="nan"`` instead of a host
   callback, so that the compiled solve can be written to JAX's persistent compilation cache. It

@@ -137,7 +137,7 @@ def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_u=None):
     if not rates:
         return rest
     reach = jnp.where(fmax == 0, 0.0, scale * fmax / jnp.where(kappa > 0, kappa, 1.0))
-    growth = max(jnp.sign(rates[k]) * rates_u[k] * reach / (atol + jnp.abs(rates[k])) for k in rates)
+    growth = jnp.max(jnp.stack([jnp.sign(rates[k]) * rates_u[k] * reach / (atol + jnp.abs(rates[k])) for k in rates]))
     return rest & (growth < REST_FRACTION)
 
 

@@ -20,13 +20,13 @@ Along each: the layer-2 BOS share of every head (:func:`gradflow.sims.sec4.train
 per evaluation sequence Σ BOS weight / Σ all weights over the rows of ``t_1 … t_9``, averaged;
 a sink head has share > 0.9), the induction accuracy on ``n_test`` fresh evaluation sequences
 (:func:`gradflow.sims.sec4.train.measure`) and the training loss. One row per attention kernel:
-softmax and the normalised-kernel control without sinks under Adam (``linear`` without
-normalisation; paper Table 1).
+softmax and a kernel without sinks under Adam in the paper (``linear`` without normalisation;
+paper Table 1).
 
 Scale: the paper runs d_model 128 on 100k fresh sequences; a flow needs a fixed loss, and every
-solver step costs ~12 full-batch gradients, so the sizes here are far smaller (``config``): the
-committed figure at d_model 16, 4 heads, 256 training sequences; ``--quick`` (CI) at d_model 8,
-2 heads, 32 sequences. On so few sequences the model memorises instead of learning induction
+solver step costs ~12 full-batch gradients, so the sizes here are far smaller (``config``): both
+the committed figure and ``--quick`` (CI) at d_model 8, 2 heads, 32 sequences (a larger build,
+``LARGER``: d_model 16, 4 heads, 256 sequences, is defined but has not been run to the end). On so few sequences the model memorises instead of learning induction
 (under Adam too), which the figure states.
 """
 
