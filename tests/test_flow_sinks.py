@@ -66,6 +66,7 @@ def test_flow_matches_scipy(tiny):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.slow  # the control of the slow SciPy comparison above: it runs with it
 def test_flow_comparison_separates_another_loss(tiny):
     """Negative control: the SciPy flow of the loss without the next-token term (aux 0) is far from
     the flow of the figure's loss, far beyond the tolerance the test above uses."""
