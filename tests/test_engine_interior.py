@@ -53,9 +53,9 @@ def test_solver_table_builds_the_documented_methods():
 
 def test_tableaux_satisfy_their_order_conditions():
     """RODAS4 and ROS34PW2 in the W-form of the module docstring: the solution weights reproduce
-    the exact solution of ``y' = λy`` to the method's order (the stability function
-    ``R(z) = 1 + z mᵀ (I/γ·… )`` expanded: ``R(z) − e^z = O(z^{p+1})``), computed here by running
-    the stages on the scalar problem with exact solves — an independent check of the
+    the exact solution of ``y' = λy`` to the method's order (``R(z) − e^z = O(z^{p+1})`` for the
+    stability function ``R(z) = y1`` at ``h = 1``, ``y0 = 1``), computed here by running the stages
+    on the scalar problem with exact solves — an independent check of the
     coefficients the class reads. Control: a perturbed coefficient loses the order."""
     def R(tab, z):
         # the stages on y' = λ y, h = 1, y0 = 1, f_t = 0: (1/γ − z) k_i = z (1 + Σ a_ij k_j) + Σ C_ij k_j
@@ -74,6 +74,38 @@ def test_tableaux_satisfy_their_order_conditions():
     bad = dataclasses.replace(rosenbrock.RODAS4, m=(rosenbrock.RODAS4.m[0] + 1e-3,) + rosenbrock.RODAS4.m[1:])
     errs = np.array([abs(R(bad, z) - np.exp(z)) for z in (1e-2, 5e-3)])
     assert np.log(errs[0] / errs[1]) / np.log(2.0) - 1 < 1.5
+
+
+def test_tableaux_orders_on_a_non_autonomous_problem():
+    """One step of each tableau's stages on ``y' = λy + cos t`` (closed form: ``y_p = (sin t −
+    λ cos t)/(λ² + 1)`` plus ``(y0 − y_p(0))e^{λt}``), with exact scalar solves and ``f_t`` exact:
+    the local error is ``O(h^{order+1})`` — the stage times ``c`` and the ``h d_i f_t`` terms enter
+    here, unlike on ``y' = λy`` — and the embedded estimate ``Σ e_j k_j`` is ``O(h^{error_order})``.
+    Control: RODAS4 with a wrong stage time ``c_2`` loses its order."""
+    lam, t0, y0 = -0.7, 0.3, 1.2
+    yp = lambda t: (np.sin(t) - lam * np.cos(t)) / (lam ** 2 + 1)
+    exact = lambda t: yp(t) + (y0 - yp(t0)) * np.exp(lam * (t - t0))
+
+    def step(tab, h):
+        ks = []
+        for i in range(len(tab.c)):
+            u = y0 + sum(tab.a[i][j] * ks[j] for j in range(i))
+            rhs = lam * u + np.cos(t0 + tab.c[i] * h) + h * tab.d[i] * (-np.sin(t0)) + sum(tab.C[i][j] * ks[j] for j in range(i)) / h
+            ks.append(rhs / (1.0 / (h * tab.gamma) - lam))
+        return y0 + sum(m * k for m, k in zip(tab.m, ks)), sum(e * k for e, k in zip(tab.e, ks))
+
+    def orders(tab):
+        hs = np.array([0.04, 0.02])
+        out = [step(tab, h) for h in hs]
+        local = [abs(y1 - exact(t0 + h)) for (y1, _), h in zip(out, hs)]
+        est = [abs(e) for _, e in out]
+        return np.log2(local[0] / local[1]), np.log2(est[0] / est[1])
+
+    for tab in (rosenbrock.RODAS4, rosenbrock.ROS34PW2):
+        p_local, p_est = orders(tab)
+        assert p_local > tab.order + 1 - 0.3 and p_est > tab.error_order - 0.3, (tab.name, p_local, p_est)
+    bad = dataclasses.replace(rosenbrock.RODAS4, c=(0.0, 0.4) + rosenbrock.RODAS4.c[2:])
+    assert orders(bad)[0] < rosenbrock.RODAS4.order + 1 - 1.0
 
 
 def test_settings_are_keyword_only_and_checked_once():
