@@ -84,7 +84,13 @@ its local linearisation, is below ``REST_FRACTION`` of the tolerance ``atol + rt
 component."""
 
 
-def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_u=None):
+RATE_GROWTH = 2.0
+"""A quadrature's integrand counts as singular at the rest state when, where the linearisation
+says the flow ends, it is more than this many times larger (:func:`at_rest`): a regular integrand
+changes there by a sub-tolerance amount, one like ``1/|θ − θ*|`` by orders of magnitude."""
+
+
+def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_at=None):
     """Whether the flow is at rest at log time ``tau``: the movement left to it, bounded through
     its local linearisation, is below :data:`REST_FRACTION` of the tolerance (the argument:
     docs, "Solvers and statuses", the rest stop).
@@ -110,23 +116,22 @@ def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_u=None):
     - Near a saddle the field grows along the unstable direction (``κ < 0`` once that direction
       dominates ``v``): not at rest.
 
-    With quadratures (``rates``: their integrands ``g`` at ``params``, ``rates_u = ∂g·u``), after a
-    stop each is continued as ``g(θ_rest)·(t − t_rest)``. That is wrong without bound if ``|g|``
-    still grows as the state closes the distance left — an integrand singular at the rest state
-    (``1/|θ − θ*|``, whose integral diverges): so the stop also needs that no ``|g|`` grows by
-    :data:`REST_FRACTION` of ``atol + |g|`` or more over the movement left (at most
-    ``(1 + t)·max|f|/κ`` along ``u``). Such a flow does not stop and ends ``max_steps`` (or
+    With quadratures (``rates``: their integrands ``g`` at ``params``; ``rates_at(θ)`` evaluates
+    them elsewhere), after a stop each is continued as ``g(θ_rest)·(t − t_rest)``. That is wrong
+    without bound for an integrand singular at the rest state (``1/|θ − θ*|``, whose integral
+    diverges), so the stop also evaluates every ``g`` where the linearisation says the flow ends,
+    ``θ + (1 + t)·max|f|/κ·u``: if one is non-finite there, or more than :data:`RATE_GROWTH`
+    times larger (plus ``atol``), the flow is not at rest; it goes on and ends ``max_steps`` (or
     ``nonfinite`` where the state reaches the singularity), never a finite wrong integral with
-    status ``ok``. A smooth integrand passes: its change is that of the state, below the
-    tolerance. One that shrinks to 0 at the rest state (e.g. γ of a square loss at an
-    interpolating minimum) passes too: ``|g_rest|`` is then at the state's round-off floor, and
-    the continuation overestimates the integral by at most ``|g_rest|·(t − t_rest)``, less than
-    integrating that noise on (measured in the docs, "Solvers and statuses").
+    status ``ok``. A smooth integrand changes there by what the state changes, below the
+    tolerance; one that vanishes at the rest state (γ = ‖r‖ at an interpolating minimum) stays
+    at its round-off level.
 
     **Arguments:** ``tau`` log time; ``params`` the parameter pytree; ``f`` the flow-time field
     there; ``u = f/max|f|`` (``f`` itself where ``f = 0``) and ``ju = J·u`` (pytrees like ``f``,
-    from :func:`_field_and_jvp`); ``rtol``, ``atol`` the tolerances; ``rates``, ``rates_u`` dicts of
-    scalars (or ``None``: no quadratures). **Returns:** a bool scalar."""
+    from :func:`_field_and_jvp`); ``rtol``, ``atol`` the tolerances; ``rates`` a dict of scalars and
+    ``rates_at`` a function of ``θ`` returning such a dict (or ``None``: no quadratures).
+    **Returns:** a bool scalar."""
     scale = jnp.exp(tau)
     dot = lambda a, b: sum(jnp.sum(x * y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
     kappa = -scale * dot(u, ju) / dot(u, u) - 1.0
@@ -136,9 +141,13 @@ def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_u=None):
     rest = (fmax == 0) | ((kappa > 0) & (speed < REST_FRACTION * kappa))
     if not rates:
         return rest
+    # the integrands where the linearisation says the flow ends (θ + (1 + t)·max|f|/κ·u): one that
+    # blows up there (non-finite, or more than RATE_GROWTH times larger) is singular at the rest state
     reach = jnp.where(fmax == 0, 0.0, scale * fmax / jnp.where(kappa > 0, kappa, 1.0))
-    growth = jnp.max(jnp.stack([jnp.sign(rates[k]) * rates_u[k] * reach / (atol + jnp.abs(rates[k])) for k in rates]))
-    return rest & (growth < REST_FRACTION)
+    g_end = rates_at(jax.tree.map(lambda p, ui: p + reach * ui, params, u))
+    singular = jnp.stack([~jnp.isfinite(g_end[k]) | (jnp.abs(g_end[k]) > RATE_GROWTH * jnp.abs(rates[k]) + atol)
+                          for k in rates])
+    return rest & ~jnp.any(singular)
 
 
 def _field_and_jvp(flow: Flow, params, fargs):
@@ -168,9 +177,9 @@ def _rest_event(tau, y, args: FlowArgs, **kwargs):
     """Event: the flow is at rest (:func:`at_rest`), or its field is non-finite."""
     params = y[0]
     f, u, ju = _field_and_jvp(args.flow, params, args.fargs)
-    rates, rates_u = ({}, {}) if args.flow.rates is None else \
-        jax.jvp(lambda p: args.flow.rates(p, args.fargs), (params,), (u,))
-    rest = at_rest(tau, params, f, u, ju, args.rtol, args.atol, rates, rates_u)
+    rates_at = None if args.flow.rates is None else (lambda p: args.flow.rates(p, args.fargs))
+    rates = {} if rates_at is None else rates_at(params)
+    rest = at_rest(tau, params, f, u, ju, args.rtol, args.atol, rates, rates_at)
     return rest | ~_all_finite((f, rates))
 
 
