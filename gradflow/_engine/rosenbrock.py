@@ -419,8 +419,9 @@ class Krylov(eqx.Module):
     cost per stage a number of Jacobian–vector products that grows with the spread of the
     step-scaled Hessian's spectrum (the stiff modes after convergence), not with ``n³``.
 
-    Solver state: ``(iterations, solves, fallbacks)``, int32 counters over the accepted steps of
-    the solve (diagnostics: ``benchmarks/stiff.py``)."""
+    Solver state: ``(iterations, solves, fallbacks, most)`` int32, counters over the accepted
+    steps of the solve: Krylov iterations, stage solves, solves that fell back to GMRES, the most
+    iterations of one solve (diagnostics: ``benchmarks/stiff.py``)."""
 
     rtol: object = 1e-8
     atol: object = 1e-10
@@ -428,7 +429,7 @@ class Krylov(eqx.Module):
     max_steps: int = eqx.field(static=True, default=KRYLOV_MAX_STEPS)
 
     def init(self, f, t0, t1, flat0, n_p):
-        return jnp.zeros((3,), jnp.int32)
+        return jnp.zeros((4,), jnp.int32)
 
     def prepare(self, f, t0, h, gamma, flat0, n_p, state):
         _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
@@ -445,9 +446,10 @@ class Krylov(eqx.Module):
 
     def finish(self, state):
         """The counters after the step's stage solves (called by :meth:`Rosenbrock.step`)."""
-        its = sum(c[0] for c in state.calls).astype(jnp.int32)
+        its = jnp.stack([c[0] for c in state.calls]).astype(jnp.int32)
         fb = sum(c[1].astype(jnp.int32) for c in state.calls)
-        return state.before + jnp.stack([its, jnp.asarray(len(state.calls), jnp.int32), fb])
+        step = jnp.stack([jnp.sum(its), jnp.asarray(len(state.calls)), fb, jnp.zeros(())]).astype(jnp.int32)
+        return (state.before + step).at[3].set(jnp.maximum(state.before[3], jnp.max(its)))
 
 
 class _KrylovCount:
