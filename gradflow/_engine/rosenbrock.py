@@ -55,7 +55,7 @@ from jax.flatten_util import ravel_pytree
 
 __all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
            "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "HoldStep", "HOLD_MAX",
-           "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_MAX_STEPS"]
+           "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_FLOOR", "KRYLOV_MAX_STEPS"]
 
 # --- the methods' coefficients ----------------------------------------------------------------
 
@@ -370,6 +370,14 @@ tolerance leave the accepted steps and the error estimate as with exact solves (
 Rosenbrock / Rosenbrock–Krylov methods: Tranquilli & Sandu, SIAM J. Sci. Comput. 36 (2014)
 A1313). ``tests/test_stiff.py`` checks order 4 and agreement with the dense path."""
 
+KRYLOV_FLOOR = 1e-12
+""":func:`krylov_solve`: no component of the residual is asked to be below this fraction of the
+largest component of the scaled right-hand side. The residual of the scaled system carries
+round-off of about ``ε·‖I − hγJ‖·‖x‖``: a tolerance below it is never met, and CG would run to
+:data:`KRYLOV_MAX_STEPS` and fall back to GMRES (measured: ``‖I − hγJ‖ = 5000``, absolute
+tolerance ``1e-12`` on a right-hand side of size 50: 2000 CG iterations, then GMRES). At
+``rtol = 1e-8`` the controller's scale is ``1e-10`` of the state, a hundred times above it."""
+
 KRYLOV_MAX_STEPS = 2000
 """:class:`Krylov`: at most this many conjugate-gradient iterations per stage solve (then the
 GMRES fallback, with as many); a solve that still misses the tolerance leaves an inexact stage,
@@ -388,7 +396,8 @@ def krylov_solve(jvp, hg, r, n_p, scale, max_steps=KRYLOV_MAX_STEPS):
     **Arguments:** ``jvp`` a linear map of flat ``(n,)`` vectors; ``hg`` the step size times the
     method's ``γ``; ``r`` ``(n,)``; ``n_p`` the size of the parameter block; ``scale`` ``(n_p,)``
     the tolerance of each component of the residual (and of the last update) of the scaled system
-    (lineax's ``atol``); ``max_steps`` iterations per method.
+    (lineax's ``atol``; at least :data:`KRYLOV_FLOOR` of the largest component of ``hg·r_p``);
+    ``max_steps`` iterations per method.
 
     **Returns:** ``(x, iterations, fallback)``: ``x`` ``(n,)`` as ``r``; the CG iterations (plus
     the GMRES ones, if it ran); ``fallback`` whether GMRES ran."""
@@ -396,6 +405,7 @@ def krylov_solve(jvp, hg, r, n_p, scale, max_steps=KRYLOV_MAX_STEPS):
     struct = jax.ShapeDtypeStruct((n_p,), r.dtype)
     mv = lambda v: v - hg * jvp(jnp.concatenate([v, pad]))[:n_p]
     b = hg * r[:n_p]
+    scale = jnp.maximum(scale, KRYLOV_FLOOR * jnp.max(jnp.abs(b)))
     spd = lx.FunctionLinearOperator(mv, struct, tags=(lx.symmetric_tag, lx.positive_semidefinite_tag))
     cg = lx.linear_solve(spd, b, lx.CG(rtol=0.0, atol=scale, max_steps=max_steps), throw=False)
     ok = (cg.result == lx.RESULTS.successful) & jnp.all(jnp.isfinite(cg.value))
