@@ -560,6 +560,7 @@ def test_auto_runs_krylov_through_the_engine(monkeypatch):
     np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
 
 
+@pytest.mark.slow  # ~100 s on the loaded 2-core machine (a simulate compile); the engine test above runs by default
 def test_krylov_solver_alone_matches_radau():
     """``solver="rodas4-krylov"`` on its own from t = 0 on a stiff conditioning draw (with the
     quadrature Γ), against Radau at rtol 1e-12."""
@@ -570,3 +571,39 @@ def test_krylov_solver_alone_matches_radau():
     Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
     np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+
+
+def _largest_intermediate(fn, *args):
+    """The most elements of any array in ``fn``'s lowered program (StableHLO text: loops, conds and
+    lineax's solves, which a jaxpr keeps behind a primitive, included)."""
+    import re
+
+    text = jax.jit(fn).lower(*args).as_text()
+    dims = re.findall(r"tensor<((?:\d+x)+)[a-z]", text)
+    return max(int(np.prod([int(k) for k in d.rstrip("x").split("x")])) for d in dims)
+
+
+def test_krylov_step_holds_no_n_by_n_array():
+    """Memory ``O(n)``: no value in the traced ``init`` + ``step`` of ``rodas4-krylov`` (CG, the
+    GMRES fallback with its basis of 21 vectors, the counters included) has more than ``40·n``
+    elements, on a gradient flow
+    of ``n = 200`` parameters and a quadrature. Negative control: ``rodas4-eigh`` and ``rodas4``
+    hold the ``n × n`` Jacobian."""
+    import diffrax
+
+    from gradflow._engine.rosenbrock import EigenRodas4, KrylovRodas4, Rodas4
+
+    n = 200
+    a = jnp.geomspace(1e-2, 1e2, n)
+    vf = lambda tau, y, args: (jnp.exp(tau) * (-(a * y[0]) - y[0] ** 3), jnp.exp(tau) * jnp.sum(y[0] ** 2))
+    term, y0 = diffrax.ODETerm(vf), (jnp.linspace(-1.0, 1.0, n), jnp.zeros(()))
+
+    def one_step(solver):
+        def fn(y):
+            st = solver.init(term, 0.0, 0.1, y, None)
+            return solver.step(term, 0.0, 0.1, y, None, st, False)[0]
+        return _largest_intermediate(fn, y0)
+
+    assert one_step(KrylovRodas4()) <= 40 * (n + 1), one_step(KrylovRodas4())
+    for dense in (EigenRodas4(), Rodas4()):
+        assert one_step(dense) >= n * n

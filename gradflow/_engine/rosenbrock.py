@@ -475,7 +475,8 @@ class _KrylovCount:
 class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     """A Rosenbrock method (:class:`Tableau`) for ODEs ``dy/dt = f(t, y)`` on any pytree of float
     arrays, with ``W⁻¹ r`` applied by ``linear`` (:class:`DenseLU`, :class:`HeldInverse`,
-    :class:`Eigen` or :class:`EigenRefined`). No Newton iteration, so no convergence failure. Use
+    :class:`Eigen`, :class:`EigenRefined` or :class:`Krylov`; a strategy with a ``finish(state)``
+    method updates its state after the step's stage solves). No Newton iteration, so no convergence failure. Use
     with a :class:`diffrax.PIDController` (the error estimate is the tableau's ``e``); dense output
     by cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
 
@@ -483,7 +484,8 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     stage's field evaluation shared with ``∂f/∂t``), one field evaluation for the dense output,
     and what ``linear`` adds (a Jacobian and a factorisation for :class:`DenseLU`; two products
     with ``Q`` per solve for :class:`Eigen`; ``iterations`` Jacobian–vector products more per
-    solve for :class:`EigenRefined`)."""
+    solve for :class:`EigenRefined`; one Jacobian–vector product per CG iteration, plus one, per
+    solve for :class:`Krylov`)."""
 
     tableau: Tableau = eqx.field(static=True)
     linear: eqx.Module
