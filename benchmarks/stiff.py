@@ -3,10 +3,11 @@
 - **Stiff family**: the conditioning draws of the paper's Figs. 3/12 (square loss with design,
   ``Σ(y − X W s)²``, ``X`` with singular values ``linspace(1, 1/κ, d)``, seed 123 per κ),
   ``d = m = 20`` (421 states with Γ), ``t1 = 1e6``, ``rtol 1e-8``, ``atol 1e-10``. gradflow
-  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase: the
-  default, Rodas4 with solves preconditioned by one symmetric eigendecomposition per round
+  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase:
+  Rodas4 with solves preconditioned by one symmetric eigendecomposition per round
   (``rodas4-eigh``); ROS34PW2 with the eigendecomposition alone (``ros34pw2-eigh``); Rodas4, a
-  factorisation per step; one row each) against
+  factorisation per step; Rodas4 with conjugate-gradient solves (``rodas4-krylov``, the default
+  from ``KRYLOV_MIN_STATE`` parameters on, which ``d = 20`` reaches); one row each) against
   SciPy ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field
   of ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is; LSODA also at
   tighter tolerances, for the ratio *at equal accuracy* (the cheapest LSODA run at least as
@@ -17,6 +18,10 @@
 - **Per-step costs** at ``d = 20`` (:func:`step_costs`): a field evaluation, a Jacobian–vector
   product, ``jacfwd``, an LU factorisation, an inverse, a solve with the LU factors, a product
   with ``W⁻¹``, and whole implicit steps (Rodas4; ROS34PW2 fresh and reused).
+- **Scale** (``--scale 20,32,64,128``, :func:`bench_scale`): the dense implicit phase
+  (``rodas4-eigh``) against ``rodas4-krylov`` as ``d`` grows, each run in a fresh process (first
+  call, warm time, peak RSS, error against the dense run, CG iterations), written to
+  ``benchmarks/SCALE.md`` (+ ``.json``).
 - **Kinked maps**: the norm-logistic figure's setting (``n = d = 10``, seed 42, logistic
   teacher, ``t1 = 5e4``) with the L1, ReLU-normalised and sparsemax maps under ``auto``.
 
@@ -100,16 +105,19 @@ def _error(V, a, Vr, ar):
 
 @contextlib.contextmanager
 def _implicit_phase(name):
-    """``auto``'s implicit solver set to ``name`` for the enclosed runs (restored on exit)."""
-    old, _stiff.IMPLICIT = _stiff.IMPLICIT, name
+    """``auto``'s implicit solver for gradient flows set to ``name`` at every state size for the
+    enclosed runs (``IMPLICIT`` and the Krylov threshold ``KRYLOV_MIN_STATE``; restored on exit)."""
+    old = _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE
+    krylov = name == _stiff.KRYLOV
+    _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = (old[0] if krylov else name), (0 if krylov else 10 ** 12)
     try:
         yield
     finally:
-        _stiff.IMPLICIT = old
+        _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = old
 
 
 def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau"),
-                 implicit=("rodas4-eigh", "ros34pw2-eigh", "rodas4"), lsoda_rtols=(1e-9, 1e-10),
+                 implicit=("rodas4-eigh", "ros34pw2-eigh", "rodas4", "rodas4-krylov"), lsoda_rtols=(1e-9, 1e-10),
                  ref_dir=None) -> list[dict]:
     """One row per (κ, method): time, steps (gradflow) or field/Jacobian evaluations (SciPy), error.
     gradflow: one row per implicit phase of ``auto`` in ``implicit``; SciPy: ``methods`` at
@@ -352,22 +360,17 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
     loss = gradflow.SquareLoss(y, design=X, scale=1.0)
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, 13)])
     run = lambda: gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol)
-    old = _stiff.KRYLOV_MIN_STATE
-    _stiff.KRYLOV_MIN_STATE = 0 if solver == "rodas4-krylov" else 10 ** 12
-    try:
-        with _implicit_phase("rodas4-eigh"):
+    with _implicit_phase(solver):
+        start = time.perf_counter()
+        traj = run()
+        np.asarray(traj.a)
+        cold = time.perf_counter() - start
+        warm = []
+        for _ in range(repeats):
             start = time.perf_counter()
             traj = run()
             np.asarray(traj.a)
-            cold = time.perf_counter() - start
-            warm = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                traj = run()
-                np.asarray(traj.a)
-                warm.append(time.perf_counter() - start)
-    finally:
-        _stiff.KRYLOV_MIN_STATE = old
+            warm.append(time.perf_counter() - start)
     row = dict(d=d, n=int(W0.size + a0.size + 1), solver=solver, kappa=kappa, status=traj.status,
                steps=int(traj.num_steps), cold_s=cold, warm_s=float(np.median(warm)),
                rss_mib=_peak_rss_mib() - rss0, load=os.getloadavg()[0])
