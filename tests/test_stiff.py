@@ -487,11 +487,12 @@ def test_krylov_solve_is_the_dense_solve():
     G = _block_system(rng, n_p, n_q)
     r = jnp.asarray(rng.normal(size=n_p + n_q))
     jvp = lambda v: jnp.asarray(G) @ v
+    solve = jax.jit(lambda r, hg, tol: R.krylov_solve(jvp, hg, r, n_p, jnp.full(n_p, tol)))  # one compile
     for hg in (1e-3, 0.3, 50.0):
         dense = np.linalg.solve(np.eye(n_p + n_q) / hg - G, np.asarray(r))
         errs = []
         for tol in (1e-12, 1e-6):
-            x, its, fallback = jax.jit(lambda r: R.krylov_solve(jvp, hg, r, n_p, jnp.full(n_p, tol)))(r)
+            x, its, fallback = solve(r, hg, tol)
             assert not bool(fallback) and 0 < int(its) <= 200, (hg, tol, int(its))
             errs.append(np.max(np.abs(np.asarray(x) - dense)))
         assert errs[0] < 1e-10 * np.max(np.abs(dense)), (hg, errs)
