@@ -608,3 +608,20 @@ def test_krylov_step_holds_no_n_by_n_array():
     assert one_step(KrylovRodas4()) <= 40 * (n + 1), one_step(KrylovRodas4())
     for dense in (EigenRodas4(), Rodas4()):
         assert one_step(dense) >= n * n
+
+
+@pytest.mark.slow  # two simulate compiles (batched and single)
+def test_krylov_lanes_of_a_batch_equal_single_runs():
+    """``rodas4-krylov`` under ``vmap`` (a batch of two stiff draws of different conditioning, whose
+    CG solves take different iteration counts in one batched loop) gives each lane's single run
+    (to far inside the tolerance)."""
+    draws = [_square_draw(k, 3) for k in (5.0, 50.0)]
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
+    kw = dict(t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="rodas4-krylov")
+    batch = gradflow.simulate_batch([d[4] for d in draws], np.stack([d[0] for d in draws]),
+                                    np.stack([d[1] for d in draws]), **kw)
+    assert batch.status == ["ok"] * 2
+    for i, (W0, a0, _, _, loss) in enumerate(draws):
+        single = gradflow.simulate(loss, W0, a0, **kw)
+        np.testing.assert_allclose(batch[i].V, single.V, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(batch[i].a, single.a, rtol=1e-7, atol=1e-10)
