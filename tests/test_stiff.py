@@ -507,6 +507,12 @@ def test_krylov_solve_is_the_dense_solve():
     x, _, fallback = R.krylov_solve(lambda v: jnp.asarray(G) @ v, 1.0, r, 2, jnp.full(2, 1e-12))
     assert bool(fallback)
     np.testing.assert_allclose(x, np.linalg.solve(np.eye(3) - G, np.asarray(r)), rtol=0, atol=1e-12)
+    # under vmap: the lane that breaks down falls back, the other keeps its CG solution
+    Gs = jnp.asarray(np.stack([G, np.diag([-1.0, -2.0, 0.0])]))
+    xs, _, fbs = jax.vmap(lambda Gi: R.krylov_solve(lambda v: Gi @ v, 1.0, r, 2, jnp.full(2, 1e-12)))(Gs)
+    assert fbs.tolist() == [True, False]
+    for Gi, xi in zip(np.asarray(Gs), np.asarray(xs)):
+        np.testing.assert_allclose(xi, np.linalg.solve(np.eye(3) - Gi, np.asarray(r)), rtol=0, atol=1e-12)
 
 
 def test_krylov_rodas4_is_order_four():

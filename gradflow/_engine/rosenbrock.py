@@ -53,6 +53,8 @@ import lineax as lx
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from . import _pinned
+
 __all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
            "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "HoldStep", "HOLD_MAX",
            "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_FLOOR", "KRYLOV_MAX_STEPS"]
@@ -417,7 +419,11 @@ def krylov_solve(jvp, hg, r, n_p, scale, max_steps=KRYLOV_MAX_STEPS):
                               lx.GMRES(rtol=0.0, atol=scale, max_steps=max_steps), throw=False)
         return sol.value, sol.stats["num_steps"]
 
-    xp, more = jax.lax.cond(ok, lambda _: (cg.value, jnp.zeros_like(cg.stats["num_steps"])), gmres, None)
+    # one branch for all lanes of a vmap (a batched predicate would make the cond a select that
+    # runs GMRES for every lane), then each lane keeps its own result
+    skip = lambda _: (jnp.zeros_like(cg.value), jnp.zeros_like(cg.stats["num_steps"]))
+    gm, more = jax.lax.cond(_pinned.any_lane(~ok), gmres, skip, None)
+    xp, more = jnp.where(ok, cg.value, gm), jnp.where(ok, 0, more)
     xq = hg * (r[n_p:] + jvp(jnp.concatenate([xp, pad]))[n_p:])
     return jnp.concatenate([xp, xq]), cg.stats["num_steps"] + more, ~ok
 
