@@ -3,10 +3,11 @@
 - **Stiff family**: the conditioning draws of the paper's Figs. 3/12 (square loss with design,
   ``Σ(y − X W s)²``, ``X`` with singular values ``linspace(1, 1/κ, d)``, seed 123 per κ),
   ``d = m = 20`` (421 states with Γ), ``t1 = 1e6``, ``rtol 1e-8``, ``atol 1e-10``. gradflow
-  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase: the
-  default, Rodas4 with solves preconditioned by one symmetric eigendecomposition per round
+  ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase:
+  Rodas4 with solves preconditioned by one symmetric eigendecomposition per round
   (``rodas4-eigh``); ROS34PW2 with the eigendecomposition alone (``ros34pw2-eigh``); Rodas4, a
-  factorisation per step; one row each) against
+  factorisation per step; Rodas4 with conjugate-gradient solves (``rodas4-krylov``, the default
+  from ``KRYLOV_MIN_STATE`` parameters on, which ``d = 20`` reaches); one row each) against
   SciPy ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field
   of ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is; LSODA also at
   tighter tolerances, for the ratio *at equal accuracy* (the cheapest LSODA run at least as
@@ -17,6 +18,10 @@
 - **Per-step costs** at ``d = 20`` (:func:`step_costs`): a field evaluation, a Jacobian–vector
   product, ``jacfwd``, an LU factorisation, an inverse, a solve with the LU factors, a product
   with ``W⁻¹``, and whole implicit steps (Rodas4; ROS34PW2 fresh and reused).
+- **Scale** (``--scale 20,32,64,128``, :func:`bench_scale`): the dense implicit phase
+  (``rodas4-eigh``) against ``rodas4-krylov`` as ``d`` grows, each run in a fresh process (first
+  call, warm time, peak RSS, error against the dense run, CG iterations), written to
+  ``benchmarks/SCALE.md`` (+ ``.json``).
 - **Kinked maps**: the norm-logistic figure's setting (``n = d = 10``, seed 42, logistic
   teacher, ``t1 = 5e4``) with the L1, ReLU-normalised and sparsemax maps under ``auto``.
 
@@ -42,7 +47,8 @@ from gradflow.internal import engine_stiff as _stiff
 from gradflow.sims.draws import conditioning_init, normalization_init
 from benchmarks import reference as ref
 
-__all__ = ["bench", "report", "scipy_square", "square_reference", "step_costs"]
+__all__ = ["bench", "report", "scipy_square", "square_reference", "step_costs", "bench_scale", "scale_run",
+           "scale_report", "cost_exponent", "krylov_counts"]
 
 
 REST_ULPS = 1024
@@ -99,16 +105,19 @@ def _error(V, a, Vr, ar):
 
 @contextlib.contextmanager
 def _implicit_phase(name):
-    """``auto``'s implicit solver set to ``name`` for the enclosed runs (restored on exit)."""
-    old, _stiff.IMPLICIT = _stiff.IMPLICIT, name
+    """``auto``'s implicit solver for gradient flows set to ``name`` at every state size for the
+    enclosed runs (``IMPLICIT`` and the Krylov threshold ``KRYLOV_MIN_STATE``; restored on exit)."""
+    old = _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE
+    krylov = name == _stiff.KRYLOV
+    _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = (old[0] if krylov else name), (0 if krylov else 10 ** 12)
     try:
         yield
     finally:
-        _stiff.IMPLICIT = old
+        _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = old
 
 
 def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau"),
-                 implicit=("rodas4-eigh", "ros34pw2-eigh", "rodas4"), lsoda_rtols=(1e-9, 1e-10),
+                 implicit=("rodas4-eigh", "ros34pw2-eigh", "rodas4", "rodas4-krylov"), lsoda_rtols=(1e-9, 1e-10),
                  ref_dir=None) -> list[dict]:
     """One row per (κ, method): time, steps (gradflow) or field/Jacobian evaluations (SciPy), error.
     gradflow: one row per implicit phase of ``auto`` in ``implicit``; SciPy: ``methods`` at
@@ -305,6 +314,146 @@ def report(res: dict | None) -> str:
     return "\n".join(L)
 
 
+# --- scale: the dense implicit phase against rodas4-krylov as the state grows ----------------------
+
+SCALE_SOLVERS = ("rodas4-eigh", "rodas4-krylov")
+"""The implicit phases of ``auto`` compared by :func:`bench_scale`: the dense default below
+:data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` and the Jacobian-free one."""
+
+
+def _peak_rss_mib():
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
+    """Krylov iterations of ``rodas4-krylov`` run alone (diffrax, no rest stop) from ``t = 0`` to
+    ``t1`` on the log-time field: mean per stage solve, the most in one solve, GMRES fallbacks
+    (the solver's counters, :class:`gradflow._engine.rosenbrock.Krylov`; accepted steps only)."""
+    import diffrax
+    import jax.numpy as jnp
+
+    from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
+    from gradflow.models import prepare
+    from gradflow.simulate import value_softmax_flow
+
+    mdl, V, a = prepare(loss, W0, a0, "value-softmax", "softmax", 1.0, batch=False)
+    y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
+    args = solve.FlowArgs(value_softmax_flow(loss), (mdl, loss), rtol, atol)
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(solve._log_time_rhs), rosenbrock.KrylovRodas4(rtol, atol), 0.0,
+                              float(np.log1p(t1)), None, y0, args=args, max_steps=100_000,
+                              stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4),
+                              saveat=diffrax.SaveAt(t1=True, solver_state=True))
+    its, solves, fallbacks, most = (int(v) for v in np.asarray(sol.solver_state).ravel())
+    return dict(cg_steps=int(sol.stats["num_accepted_steps"]), cg_mean=its / max(solves, 1), cg_max=most,
+                cg_fallbacks=fallbacks)
+
+
+def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, save=None) -> dict:
+    """One row of :func:`bench_scale`, meant for a fresh process (its first call compiles; peak
+    RSS is the process's): the square-family draw ``(κ, d)`` under ``auto`` with the implicit
+    phase ``solver`` forced (``rodas4-eigh``: the dense default; ``rodas4-krylov``), steps, first
+    call and warm times (median of ``repeats``), peak RSS above the RSS after import; ``save``: an
+    ``.npz`` for ``(V, a)`` at the save points."""
+    rss0 = _peak_rss_mib()
+    W0, a0, X, y = conditioning_init(kappa, 123, d)
+    loss = gradflow.SquareLoss(y, design=X, scale=1.0)
+    ts = np.concatenate([[0.0], np.geomspace(1.0, t1, 13)])
+    run = lambda: gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol)
+    with _implicit_phase(solver):
+        start = time.perf_counter()
+        traj = run()
+        np.asarray(traj.a)
+        cold = time.perf_counter() - start
+        warm = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            traj = run()
+            np.asarray(traj.a)
+            warm.append(time.perf_counter() - start)
+    row = dict(d=d, n=int(W0.size + a0.size + 1), solver=solver, kappa=kappa, status=traj.status,
+               steps=int(traj.num_steps), cold_s=cold, warm_s=float(np.median(warm)),
+               rss_mib=_peak_rss_mib() - rss0, load=os.getloadavg()[0])
+    if save:
+        np.savez(save, V=np.asarray(traj.V), a=np.asarray(traj.a))
+    if solver == "rodas4-krylov":
+        row.update(krylov_counts(loss, W0, a0, t1, rtol, atol))
+    return row
+
+
+def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workdir=None, **kw) -> list[dict]:
+    """:func:`scale_run` for every ``d`` in ``ds`` and solver (the dense one up to ``d = dense_max``),
+    each in a fresh ``nice -n 5`` process; ``error``: max |Δ(V, a)| over the save points against the
+    dense run of the same ``d`` (``None`` where it did not run)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    workdir = workdir or tempfile.mkdtemp(prefix="gradflow-scale-")
+    rows = []
+    for d in ds:
+        for solver in solvers:
+            if solver != "rodas4-krylov" and d > dense_max:
+                continue
+            save = os.path.join(workdir, f"d{d}_{solver}.npz")
+            args = dict(dict(repeats=2 if d < 64 else 1), **kw)  # the large sizes: one warm run
+            code = (f"import json; from benchmarks.stiff import scale_run; "
+                    f"print('ROW', json.dumps(scale_run({d}, {solver!r}, save={save!r}, **{args!r})))")
+            out = subprocess.run(["nice", "-n", "5", sys.executable, "-c", code], capture_output=True, text=True)
+            line = [ln for ln in out.stdout.splitlines() if ln.startswith("ROW ")]
+            if not line:
+                raise RuntimeError(f"scale_run d={d} {solver} failed:\n{out.stderr[-3000:]}")
+            row = json.loads(line[-1][4:])
+            rows.append(row)
+            print(f"benchmarks: scale {row}", flush=True)
+        dense = os.path.join(workdir, f"d{d}_{solvers[0]}.npz")
+        for row in rows:
+            if row["d"] == d:
+                if os.path.exists(dense):
+                    z0, z1 = np.load(dense), np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
+                    row["error"] = _error(z1["V"], z1["a"], z0["V"], z0["a"])
+                else:
+                    row["error"] = None
+    return rows
+
+
+def cost_exponent(rows, solver, key="warm_s") -> float | None:
+    """Least-squares slope of ``log(key)`` against ``log(n)`` over ``solver``'s rows."""
+    pts = [(r["n"], r[key]) for r in rows if r["solver"] == solver]
+    if len(pts) < 2:
+        return None
+    n, t = np.log(np.array(pts, float)).T
+    return float(np.polyfit(n, t, 1)[0])
+
+
+def scale_report(rows, head="") -> str:
+    """Markdown for :func:`bench_scale`'s rows."""
+    L = [head, "Square family (Figs. 3/12 draws), κ = 5, t1 = 1e6, rtol 1e-8, atol 1e-10, `solver=\"auto\"` with its "
+         "implicit phase forced: `rodas4-eigh` (the dense default: one jacfwd + eigh per round of 64 steps) or "
+         "`rodas4-krylov` (CG on Jacobian–vector products). Each row a fresh process under `nice -n 5`: first call "
+         "(compiles), warm (median of 2; one run from d = 64 on), peak RSS above the RSS after import (compilation included). Error: "
+         "max |Δ(V, a)| over the 14 save points against the dense run of the same d. CG: iterations per stage solve "
+         "(mean / most) of rodas4-krylov run alone from t = 0 (diffrax, no rest stop; accepted steps).", "",
+         "| d | states | solver | status | steps | warm (s) | first call (s) | peak RSS (MiB) | error vs dense | "
+         "CG mean / max (fallbacks) | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        err = "–" if r.get("error") is None else f"{r['error']:.1e}"
+        cg = f"{r['cg_mean']:.1f} / {r['cg_max']} ({r['cg_fallbacks']})" if "cg_mean" in r else "–"
+        L.append(f"| {r['d']} | {r['n']} | {r['solver']} | {r['status']} | {r['steps']} | {r['warm_s']:.3f} | "
+                 f"{r['cold_s']:.1f} | {r['rss_mib']:.0f} | {err} | {cg} | {r['load']:.1f} |")
+    L += ["", "Cost exponent (least-squares slope of log warm time against log states):"]
+    for solver in sorted({r["solver"] for r in rows}):
+        e = cost_exponent(rows, solver)
+        L.append(f"- {solver}: {'–' if e is None else f'{e:.2f}'}")
+    ratios = [(r["d"], r["warm_s"], s["warm_s"]) for r in rows for s in rows
+              if r["d"] == s["d"] and r["solver"] == "rodas4-eigh" and s["solver"] == "rodas4-krylov"]
+    if ratios:
+        L += ["", "Warm time dense / Krylov (same run): " + ", ".join(f"d = {d}: {a / b:.1f}×" for d, a, b in ratios)]
+    L.append("")
+    return "\n".join(L)
+
+
 def main(argv=None) -> int:
     """``python -m benchmarks.stiff``: this section alone at full size, written to ``--out``."""
     import argparse
@@ -320,7 +469,24 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3, help="interleaved gradflow/LSODA pairs per run")
     p.add_argument("--ref-dir", default=None, help="folder caching the Radau references (minutes per draw)")
     p.add_argument("--out", default=None, help="Markdown report (default benchmarks/STIFF_d<d>.md)")
+    p.add_argument("--scale", default=None,
+                   help="comma-separated sizes d: only the scale table (dense vs rodas4-krylov), written to "
+                        "benchmarks/SCALE.md (+ .json) unless --out")
+    p.add_argument("--dense-max", type=int, default=64, help="--scale: largest d the dense path runs at")
     args = p.parse_args(argv)
+    if args.scale:
+        start = time.perf_counter()
+        rows = bench_scale([int(x) for x in args.scale.split(",")], args.dense_max)
+        out = args.out or os.path.join(os.path.dirname(__file__), "SCALE.md")
+        load = os.getloadavg()[0]
+        head = (f"# `python -m benchmarks.stiff --scale {args.scale}` ({datetime.date.today()}, {platform.machine()}, "
+                f"{os.cpu_count()} cores shared, load average {load:.1f} at the end; "
+                f"{time.perf_counter() - start:.0f} s)\n")
+        text = scale_report(rows, head)
+        atomic_write(out, lambda f: f.write(text.encode()))
+        atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(rows, indent=1).encode()))
+        print(text)
+        return 0
     out = args.out or os.path.join(os.path.dirname(__file__), f"STIFF_d{args.d}.md")
     start = time.perf_counter()
     res = dict(square=bench_square([float(k) for k in args.kappas.split(",")], args.d, 1e6, 1e-8, 1e-10,

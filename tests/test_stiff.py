@@ -458,3 +458,176 @@ def test_eigen_solver_alone_matches_radau(solver):
     Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
     np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+
+
+# --- Rodas4 with conjugate-gradient stage solves on Jacobian–vector products (``rodas4-krylov``) ----
+
+
+def _block_system(rng, n_p, n_q, definite=True):
+    """``G = [[P, 0], [R, 0]]``: ``P`` symmetric negative definite (a Hessian at a minimiser, with
+    eigenvalues spread over four decades) or indefinite, ``R`` random quadrature rows."""
+    Q = np.linalg.qr(rng.normal(size=(n_p, n_p)))[0]
+    lam = -np.geomspace(1e-2, 1e2, n_p) if definite else np.linspace(-10.0, 10.0, n_p)
+    G = np.zeros((n_p + n_q,) * 2)
+    G[:n_p, :n_p], G[n_p:, :n_p] = Q @ np.diag(lam) @ Q.T, rng.normal(size=(n_q, n_p))
+    return G
+
+
+def test_krylov_solve_is_the_dense_solve():
+    """Hand check: :func:`krylov_solve` (CG on the parameter block, the quadrature rows by
+    substitution, Jacobian–vector products only) equals NumPy's dense solve of
+    ``(I/hg − G) x = r`` to its tolerance at several ``hg``, without falling back to GMRES; so it
+    does for an indefinite ``I/hg − P`` on which CG does not break down, and where it does break
+    down (``pᵀAp = 0``) the GMRES fallback solves the system. Negative control: at a tolerance a million times looser the solve is
+    correspondingly less accurate (the tolerance, not luck, sets the accuracy)."""
+    from gradflow._engine import rosenbrock as R
+
+    rng = np.random.default_rng(4)
+    n_p, n_q = 40, 2
+    G = _block_system(rng, n_p, n_q)
+    r = jnp.asarray(rng.normal(size=n_p + n_q))
+    jvp = lambda v: jnp.asarray(G) @ v
+    solve = jax.jit(lambda r, hg, tol: R.krylov_solve(jvp, hg, r, n_p, jnp.full(n_p, tol)))  # one compile
+    for hg in (1e-3, 0.3, 50.0):
+        dense = np.linalg.solve(np.eye(n_p + n_q) / hg - G, np.asarray(r))
+        errs = []
+        for tol in (1e-12, 1e-6):
+            x, its, fallback = solve(r, hg, tol)
+            assert not bool(fallback) and 0 < int(its) <= 200, (hg, tol, int(its))
+            errs.append(np.max(np.abs(np.asarray(x) - dense)))
+        assert errs[0] < 1e-10 * np.max(np.abs(dense)), (hg, errs)
+        assert errs[1] > 10 * errs[0] and errs[1] < 1e-5 * np.sqrt(n_p), (hg, errs)
+    G = _block_system(rng, n_p, n_q, definite=False)  # indefinite, no breakdown: CG still solves it
+    x, _, fallback = R.krylov_solve(lambda v: jnp.asarray(G) @ v, 1.0, r, n_p, jnp.full(n_p, 1e-12))
+    assert not bool(fallback)
+    np.testing.assert_allclose(x, np.linalg.solve(np.eye(n_p + n_q) - G, np.asarray(r)), rtol=0, atol=1e-10)
+    # I − P = diag(1, −1) and r_p = (1, 1): pᵀAp = 0 at CG's first iteration (breakdown)
+    G = np.array([[0.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, -1.0, 0.0]])
+    r = jnp.array([1.0, 1.0, 0.5])
+    x, _, fallback = R.krylov_solve(lambda v: jnp.asarray(G) @ v, 1.0, r, 2, jnp.full(2, 1e-12))
+    assert bool(fallback)
+    np.testing.assert_allclose(x, np.linalg.solve(np.eye(3) - G, np.asarray(r)), rtol=0, atol=1e-12)
+    # under vmap: the lane that breaks down falls back, the other keeps its CG solution
+    Gs = jnp.asarray(np.stack([G, np.diag([-1.0, -2.0, 0.0])]))
+    xs, _, fbs = jax.vmap(lambda Gi: R.krylov_solve(lambda v: Gi @ v, 1.0, r, 2, jnp.full(2, 1e-12)))(Gs)
+    assert fbs.tolist() == [True, False]
+    for Gi, xi in zip(np.asarray(Gs), np.asarray(xs)):
+        np.testing.assert_allclose(xi, np.linalg.solve(np.eye(3) - Gi, np.asarray(r)), rtol=0, atol=1e-12)
+
+
+def test_krylov_rodas4_is_order_four():
+    """RODAS4 with the exact Jacobian applied by Jacobian–vector products and CG stage solves to a
+    fraction of tight tolerances keeps order 4: fixed steps on the nonlinear gradient flow with a
+    quadrature converge at order ≥ 3.7. Negative control: one CG iteration per stage (an inexact
+    solve far beyond the tolerance) loses the order (below 3)."""
+    from gradflow._engine.rosenbrock import RODAS4, Krylov, KrylovRodas4, Rosenbrock
+
+    assert np.all(_fixed_step_orders(KrylovRodas4(rtol=1e-13, atol=1e-15)) > 3.7)
+    orders = _fixed_step_orders(Rosenbrock(RODAS4, Krylov(1e-13, 1e-15, max_steps=1)), ns=(8, 16, 32))
+    assert np.all(orders < 3.0), orders
+
+
+def test_auto_picks_krylov_only_above_its_state_size():
+    """The phase policy: a stiff gradient lane runs :data:`stiff.KRYLOV` from
+    :data:`stiff.KRYLOV_MIN_STATE` parameters on, :data:`stiff.IMPLICIT` (dense) just below it
+    (negative control), and a non-gradient lane the fallback Rodas4 at any size."""
+    on = 2.0 * BOUNDARY_ON
+    for size, asym, expect in ((stiff.KRYLOV_MIN_STATE, 0.0, stiff.KRYLOV),
+                               (10 * stiff.KRYLOV_MIN_STATE, 0.0, stiff.KRYLOV),
+                               (stiff.KRYLOV_MIN_STATE - 1, 0.0, stiff.IMPLICIT),
+                               (10 * stiff.KRYLOV_MIN_STATE, 0.5, stiff.IMPLICIT_FALLBACK)):
+        codes, _, now = stiff.phase_of_lanes("auto", np.zeros(1), 10_000, np.zeros(1, bool), np.array([on]),
+                                             np.array([asym]), size)
+        assert now[0] and spec(codes[0]).name == expect, (size, asym, spec(codes[0]).name)
+    assert spec(stiff.KRYLOV).gradient_only and spec(stiff.KRYLOV).code == 9
+
+
+def test_auto_runs_krylov_through_the_engine(monkeypatch):
+    """The stiff linear gradient flow through the engine (rest stop on) with the Krylov threshold
+    lowered to its 6 parameters: the implicit rounds run ``rodas4-krylov`` and the save points
+    agree with the matrix exponential (SciPy ``expm``)."""
+    import scipy.linalg
+
+    from gradflow._engine import batch
+    from gradflow._engine.settings import check_settings
+    from gradflow._engine.solve import Flow
+
+    A = _linear_stiff(True)
+    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
+    p0 = np.linspace(1.0, -1.0, 6)
+    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
+                                  max_steps=20000, solver="auto")
+    used = _solvers_used(monkeypatch)
+    monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)
+    monkeypatch.setattr(stiff, "KRYLOV_MIN_STATE", 6)
+    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
+    assert {s for s in used if s != "dopri8"} == {stiff.KRYLOV}, used
+    assert int(out.status_code) == int(S_status.ok)
+    expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
+    np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.slow  # ~100 s on the loaded 2-core machine (a simulate compile); the engine test above runs by default
+def test_krylov_solver_alone_matches_radau():
+    """``solver="rodas4-krylov"`` on its own from t = 0 on a stiff conditioning draw (with the
+    quadrature Γ), against Radau at rtol 1e-12."""
+    W0, a0, X, y, loss = _square_draw(5, 3)
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
+    traj = gradflow.simulate(loss, W0, a0, t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="rodas4-krylov")
+    assert traj.status == "ok"
+    Vr, ar, _ = ref.integrate(W0, a0, ref.square_residual(y, X, 1.0), ts, rtol=1e-12, atol=1e-14, method="Radau")
+    np.testing.assert_allclose(traj.a, ar, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(traj.V, Vr, rtol=1e-6, atol=1e-8)
+
+
+def _largest_intermediate(fn, *args):
+    """The most elements of any array in ``fn``'s lowered program (StableHLO text: loops, conds and
+    lineax's solves, which a jaxpr keeps behind a primitive, included)."""
+    import re
+
+    text = jax.jit(fn).lower(*args).as_text()
+    dims = re.findall(r"tensor<((?:\d+x)+)[a-z]", text)
+    return max(int(np.prod([int(k) for k in d.rstrip("x").split("x")])) for d in dims)
+
+
+def test_krylov_step_holds_no_n_by_n_array():
+    """Memory ``O(n)``: no value in the traced ``init`` + ``step`` of ``rodas4-krylov`` (CG, the
+    GMRES fallback with its basis of 21 vectors, the counters included) has more than ``40·n``
+    elements, on a gradient flow
+    of ``n = 200`` parameters and a quadrature. Negative control: ``rodas4-eigh`` and ``rodas4``
+    hold the ``n × n`` Jacobian."""
+    import diffrax
+
+    from gradflow._engine.rosenbrock import EigenRodas4, KrylovRodas4, Rodas4
+
+    n = 200
+    a = jnp.geomspace(1e-2, 1e2, n)
+    vf = lambda tau, y, args: (jnp.exp(tau) * (-(a * y[0]) - y[0] ** 3), jnp.exp(tau) * jnp.sum(y[0] ** 2))
+    term, y0 = diffrax.ODETerm(vf), (jnp.linspace(-1.0, 1.0, n), jnp.zeros(()))
+
+    def one_step(solver):
+        def fn(y):
+            st = solver.init(term, 0.0, 0.1, y, None)
+            return solver.step(term, 0.0, 0.1, y, None, st, False)[0]
+        return _largest_intermediate(fn, y0)
+
+    assert one_step(KrylovRodas4()) <= 40 * (n + 1), one_step(KrylovRodas4())
+    for dense in (EigenRodas4(), Rodas4()):
+        assert one_step(dense) >= n * n
+
+
+@pytest.mark.slow  # two simulate compiles (batched and single)
+def test_krylov_lanes_of_a_batch_equal_single_runs():
+    """``rodas4-krylov`` under ``vmap`` (a batch of two stiff draws of different conditioning, whose
+    CG solves take different iteration counts in one batched loop) gives each lane's single run
+    (to far inside the tolerance)."""
+    draws = [_square_draw(k, 3) for k in (5.0, 50.0)]
+    ts = np.concatenate([[0.0], np.geomspace(0.1, 1e4, 9)])
+    kw = dict(t1=1e4, ts=ts, rtol=1e-10, atol=1e-12, solver="rodas4-krylov")
+    batch = gradflow.simulate_batch([d[4] for d in draws], np.stack([d[0] for d in draws]),
+                                    np.stack([d[1] for d in draws]), **kw)
+    assert batch.status == ["ok"] * 2
+    for i, (W0, a0, _, _, loss) in enumerate(draws):
+        single = gradflow.simulate(loss, W0, a0, **kw)
+        np.testing.assert_allclose(batch[i].V, single.V, rtol=1e-7, atol=1e-10)
+        np.testing.assert_allclose(batch[i].a, single.a, rtol=1e-7, atol=1e-10)

@@ -11,6 +11,11 @@ unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails
   while a solve is traced. On an equinox version not in :data:`TESTED_EQUINOX`, or one whose
   internals moved, it does nothing: results are the same, only the persistent cache is not
   written (every new process compiles the solve again).
+- :func:`any_lane` (equinox): whether a predicate holds in any lane of an enclosing ``vmap``, as one
+  unbatched bool (``equinox.internal.unvmap_any``), so that a ``lax.cond`` on it branches once for
+  all lanes (:func:`gradflow._engine.rosenbrock.krylov_solve`'s GMRES fallback). On an untested
+  equinox it returns the predicate itself: same results, but under ``vmap`` the cond becomes a
+  select that computes the fallback for every lane.
 - :func:`trace_context` and :func:`serialize_executable` (JAX): what the serialised solves of
   :mod:`gradflow._engine._export` need beyond JAX's public API (``jax._src.config.trace_context``
   for their key, ``jax.experimental.serialize_executable`` to store an executable). On a jax or
@@ -28,7 +33,7 @@ import equinox as eqx
 import jax
 import jaxlib
 
-__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
+__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable", "any_lane", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
            "serialize_executable"]
 
 TESTED_EQUINOX = ("0.13.8",)
@@ -83,6 +88,21 @@ def cacheable():
             yield
         finally:
             _eqx_errors.branched_error_if_impl_jit = old
+
+
+try:
+    from equinox.internal import unvmap_any as _unvmap_any
+except ImportError:  # pragma: no cover - a future equinox without it
+    _unvmap_any = None
+
+
+def any_lane(pred):
+    """``pred`` (a scalar bool, possibly batched by an enclosing ``vmap``) reduced over the lanes
+    with ``equinox.internal.unvmap_any`` on a tested equinox (:data:`TESTED_EQUINOX`), else
+    ``pred`` unchanged (see the module docstring)."""
+    if _unvmap_any is None or eqx.__version__ not in TESTED_EQUINOX:
+        return pred
+    return _unvmap_any(pred)
 
 
 TESTED_JAX = ("0.10.2",)

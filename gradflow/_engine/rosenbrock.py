@@ -8,6 +8,10 @@ strategy (how ``W⁻¹ r`` is applied, ``W = I/(hγ) − J``). The named solvers
 - :func:`EigenRodas4` (``solver="rodas4-eigh"``, the implicit phase of ``auto`` for gradient
   flows): RODAS4 with the exact Jacobian through refined solves preconditioned by the same
   eigendecomposition (:class:`EigenRefined`; order 4, no factorisation per step);
+- :func:`KrylovRodas4` (``solver="rodas4-krylov"``, the implicit phase of ``auto`` for gradient
+  flows of many parameters): RODAS4 with the exact Jacobian, each stage system solved by
+  conjugate gradients on Jacobian–vector products (:class:`Krylov`; no matrix of size ``n × n``,
+  memory ``O(n)``);
 - :func:`Rodas4` (``solver="rodas4"``, the implicit phase of ``auto`` for other fields and
   small states): order 4, a fresh Jacobian and LU factorisation every step (:class:`DenseLU`);
 - :func:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
@@ -45,11 +49,15 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import lineax as lx
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from . import _pinned
+
 __all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
-           "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "HoldStep", "HOLD_MAX", "MAX_AGE", "REFINE"]
+           "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "HoldStep", "HOLD_MAX",
+           "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_FLOOR", "KRYLOV_MAX_STEPS"]
 
 # --- the methods' coefficients ----------------------------------------------------------------
 
@@ -355,12 +363,131 @@ class EigenRefined(Eigen):
         return (lambda r: refined_solve(jvp, precond, hg, r, self.iterations)), state
 
 
+KRYLOV_FRACTION = 1e-2
+""":class:`Krylov`: the stage systems are solved to this fraction of the step controller's
+tolerance, component by component (``|residual_i| ≤ KRYLOV_FRACTION·(atol + rtol·|y0_i|)`` for the
+system scaled to ``(I − hγJ) x = hγ r``, whose matrix is ``≥ I`` where ``−J`` is positive
+semidefinite, so the solution error is at most the residual in the 2-norm). Rosenbrock methods
+need the *exact* Jacobian (RODAS4 drops to order 1 with a wrong one, :class:`EigenRefined`), but an
+inexact *solve* only perturbs each stage by its residual: the stages enter ``y1`` and the error
+estimate with coefficients of order ten, so solve errors a hundred times below the local error
+tolerance leave the accepted steps and the error estimate as with exact solves (inexact
+Rosenbrock / Rosenbrock–Krylov methods: Tranquilli & Sandu, SIAM J. Sci. Comput. 36 (2014)
+A1313). ``tests/test_stiff.py`` checks order 4 and agreement with the dense path. Measured on the
+square family at ``d = 32`` (κ = 5, rtol 1e-8): 1e-2, 1e-3 and 1e-4 gave the same 102 steps and
+the same results to every digit printed (``benchmarks/SCALE.md``'s setting)."""
+
+KRYLOV_FLOOR = 1e-12
+""":func:`krylov_solve`: no component of the residual is asked to be below this fraction of the
+largest component of the scaled right-hand side. The residual of the scaled system carries
+round-off of about ``ε·‖I − hγJ‖·‖x‖``: a tolerance below it is never met, and CG would run to
+:data:`KRYLOV_MAX_STEPS` and fall back to GMRES (measured: ``‖I − hγJ‖ = 5000``, absolute
+tolerance ``1e-12`` on a right-hand side of size 50: 2000 CG iterations, then GMRES). At
+``rtol = 1e-8`` the controller's scale is ``1e-10`` of the state, a hundred times above it."""
+
+KRYLOV_MAX_STEPS = 2000
+""":class:`Krylov`: at most this many conjugate-gradient iterations per stage solve (then the
+GMRES fallback, with as many); a solve that still misses the tolerance leaves an inexact stage,
+which the step controller sees in its error estimate."""
+
+
+def krylov_solve(jvp, hg, r, n_p, scale, max_steps=KRYLOV_MAX_STEPS):
+    """``x ≈ (I/hg − J)⁻¹ r`` with ``J = [[P, 0], [R, 0]]`` (``jvp(v) = J v``; the quadrature rows
+    ``R`` block lower triangular, as in :func:`eigen_solve`) from Jacobian–vector products only:
+    the parameter block ``(I − hg·P) x_p = hg·r_p`` by conjugate gradients (``lineax.CG``; the
+    matrix is symmetric and ``≥ I`` where ``P`` is negative semidefinite, near a minimiser of a
+    gradient flow), with restarted GMRES (``lineax.GMRES``) if CG breaks down or does not converge
+    (an indefinite matrix: a Hessian with negative eigenvalues and a large step); then
+    ``x_q = hg (r_q + R x_p)`` from one more product.
+
+    **Arguments:** ``jvp`` a linear map of flat ``(n,)`` vectors; ``hg`` the step size times the
+    method's ``γ``; ``r`` ``(n,)``; ``n_p`` the size of the parameter block; ``scale`` ``(n_p,)``
+    the tolerance of each component of the residual (and of the last update) of the scaled system
+    (lineax's ``atol``; at least :data:`KRYLOV_FLOOR` of the largest component of ``hg·r_p``);
+    ``max_steps`` iterations per method.
+
+    **Returns:** ``(x, iterations, fallback)``: ``x`` ``(n,)`` as ``r``; the CG iterations (plus
+    the GMRES ones, if it ran); ``fallback`` whether GMRES ran."""
+    pad = jnp.zeros(r.size - n_p, r.dtype)
+    struct = jax.ShapeDtypeStruct((n_p,), r.dtype)
+    mv = lambda v: v - hg * jvp(jnp.concatenate([v, pad]))[:n_p]
+    b = hg * r[:n_p]
+    scale = jnp.maximum(scale, KRYLOV_FLOOR * jnp.max(jnp.abs(b)))
+    spd = lx.FunctionLinearOperator(mv, struct, tags=(lx.symmetric_tag, lx.positive_semidefinite_tag))
+    cg = lx.linear_solve(spd, b, lx.CG(rtol=0.0, atol=scale, max_steps=max_steps), throw=False)
+    ok = (cg.result == lx.RESULTS.successful) & jnp.all(jnp.isfinite(cg.value))
+
+    def gmres(_):
+        sol = lx.linear_solve(lx.FunctionLinearOperator(mv, struct), b,
+                              lx.GMRES(rtol=0.0, atol=scale, max_steps=max_steps), throw=False)
+        return sol.value, sol.stats["num_steps"]
+
+    # one branch for all lanes of a vmap (a batched predicate would make the cond a select that
+    # runs GMRES for every lane), then each lane keeps its own result
+    skip = lambda _: (jnp.zeros_like(cg.value), jnp.zeros_like(cg.stats["num_steps"]))
+    gm, more = jax.lax.cond(_pinned.any_lane(~ok), gmres, skip, None)
+    xp, more = jnp.where(ok, cg.value, gm), jnp.where(ok, 0, more)
+    xq = hg * (r[n_p:] + jvp(jnp.concatenate([xp, pad]))[n_p:])
+    return jnp.concatenate([xp, xq]), cg.stats["num_steps"] + more, ~ok
+
+
+class Krylov(eqx.Module):
+    """The exact Jacobian at the step start as a linearisation of the field (``jax.linearize``:
+    Jacobian–vector products), every stage system solved by :func:`krylov_solve` (conjugate
+    gradients on the parameter block, the quadrature rows by substitution) to
+    :data:`KRYLOV_FRACTION` of the step controller's tolerance ``rtol``, ``atol``. For gradient
+    flows (a symmetric parameter block); nothing of size ``n × n`` is formed: memory ``O(n)``,
+    cost per stage a number of Jacobian–vector products that grows with the spread of the
+    step-scaled Hessian's spectrum (the stiff modes after convergence), not with ``n³``.
+
+    Solver state: ``(iterations, solves, fallbacks, most)`` int32, counters over the accepted
+    steps of the solve: Krylov iterations, stage solves, solves that fell back to GMRES, the most
+    iterations of one solve (diagnostics: ``benchmarks/stiff.py``)."""
+
+    rtol: object = 1e-8
+    atol: object = 1e-10
+    fraction: float = eqx.field(static=True, default=KRYLOV_FRACTION)
+    max_steps: int = eqx.field(static=True, default=KRYLOV_MAX_STEPS)
+
+    def init(self, f, t0, t1, flat0, n_p):
+        return jnp.zeros((4,), jnp.int32)
+
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
+        hg = h * gamma
+        scale = self.fraction * (self.atol + self.rtol * jnp.abs(flat0[:n_p]))
+        calls = []
+
+        def solve(r):
+            x, iterations, fallback = krylov_solve(jvp, hg, r, n_p, scale, self.max_steps)
+            calls.append((iterations, fallback))
+            return x
+
+        return solve, _KrylovCount(state, calls)
+
+    def finish(self, state):
+        """The counters after the step's stage solves (called by :meth:`Rosenbrock.step`)."""
+        its = jnp.stack([c[0] for c in state.calls]).astype(jnp.int32)
+        fb = sum(c[1].astype(jnp.int32) for c in state.calls)
+        step = jnp.stack([jnp.sum(its), jnp.asarray(len(state.calls)), fb, jnp.zeros(())]).astype(jnp.int32)
+        return (state.before + step).at[3].set(jnp.maximum(state.before[3], jnp.max(its)))
+
+
+class _KrylovCount:
+    """:class:`Krylov`'s counters before a step and the stage solves' counts as they are traced
+    (a Python object that lives only while one step is traced; :meth:`Krylov.finish` folds it)."""
+
+    def __init__(self, before, calls):
+        self.before, self.calls = before, calls
+
+
 # --- the solver -----------------------------------------------------------------------------------
 
 class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     """A Rosenbrock method (:class:`Tableau`) for ODEs ``dy/dt = f(t, y)`` on any pytree of float
     arrays, with ``W⁻¹ r`` applied by ``linear`` (:class:`DenseLU`, :class:`HeldInverse`,
-    :class:`Eigen` or :class:`EigenRefined`). No Newton iteration, so no convergence failure. Use
+    :class:`Eigen`, :class:`EigenRefined` or :class:`Krylov`; a strategy with a ``finish(state)``
+    method updates its state after the step's stage solves). No Newton iteration, so no convergence failure. Use
     with a :class:`diffrax.PIDController` (the error estimate is the tableau's ``e``); dense output
     by cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
 
@@ -368,7 +495,8 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     stage's field evaluation shared with ``∂f/∂t``), one field evaluation for the dense output,
     and what ``linear`` adds (a Jacobian and a factorisation for :class:`DenseLU`; two products
     with ``Q`` per solve for :class:`Eigen`; ``iterations`` Jacobian–vector products more per
-    solve for :class:`EigenRefined`)."""
+    solve for :class:`EigenRefined`; one Jacobian–vector product per CG iteration, plus one, per
+    solve for :class:`Krylov`)."""
 
     tableau: Tableau = eqx.field(static=True)
     linear: eqx.Module
@@ -396,6 +524,8 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
         f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
         solve, state = self.linear.prepare(f, t0, t1 - t0, self.tableau.gamma, flat0, _split(y0), solver_state)
         y1, err, dense_info = _stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
+        if hasattr(self.linear, "finish"):  # state that depends on the stage solves (:class:`Krylov`)
+            state = self.linear.finish(state)
         return y1, err, dense_info, state, diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
@@ -431,6 +561,15 @@ def EigenRodas4(iterations: int = REFINE, time_factor=jnp.exp) -> Rosenbrock:
     ``rtol = 1e-8`` (``benchmarks/STIFF_d20.md``: κ = 20 / 50, 207 / 320 steps against 484 / 742)
     and the errors of :func:`Rodas4`, at about three times the cost per step."""
     return Rosenbrock(RODAS4, EigenRefined(time_factor, iterations))
+
+
+def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
+    """RODAS4 with the exact Jacobian applied by Jacobian–vector products and every stage system
+    solved by conjugate gradients to :data:`KRYLOV_FRACTION` of the step controller's ``rtol``,
+    ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the implicit phase of ``auto`` for
+    gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters):
+    the steps and errors of :func:`Rodas4`, memory ``O(n)``, no factorisation."""
+    return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS))
 
 
 class HoldStep(diffrax.AbstractAdaptiveStepSizeController):

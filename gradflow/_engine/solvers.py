@@ -66,6 +66,11 @@ def _rodas4_eigh(rtol, atol, batched):
     return rosenbrock.EigenRodas4(iterations=rosenbrock.REFINE)
 
 
+def _rodas4_krylov(rtol, atol, batched):
+    # the inner solves are tied to the step controller's tolerances (traced arrays in the engine)
+    return rosenbrock.KrylovRodas4(1e-8 if rtol is None else rtol, 1e-10 if atol is None else atol)
+
+
 @dataclasses.dataclass(frozen=True)
 class SolverSpec:
     """One row of :data:`SOLVER_SPECS`.
@@ -99,6 +104,7 @@ SOLVER_SPECS = (
                auto_round=rosenbrock.EIGEN_ROUND),
     SolverSpec("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_RODAS4_ROUND),
+    SolverSpec("rodas4-krylov", 9, _rodas4_krylov, "pid-implicit", implicit=True, gradient_only=True),
 )
 """The solvers, by code. ``tsit5``, ``dopri5``, ``dopri8``: diffrax's explicit methods (Dopri8:
 order 8, the explicit phase of ``auto``). ``kvaerno5``: diffrax's ESDIRK with a Newton root
@@ -110,8 +116,11 @@ reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4`
 Hessian per solve (about twice the steps of ``rodas4-eigh``). ``rodas4-eigh``: Rodas4 whose stage
 systems with the exact Jacobian are solved by a few sweeps preconditioned by that
 eigendecomposition (no factorisation per step; the implicit phase of ``auto`` for gradient flows
-of at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters). See
-:mod:`gradflow._engine.rosenbrock`."""
+of at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters). ``rodas4-krylov``: Rodas4
+whose stage systems with the exact Jacobian are solved by conjugate gradients on Jacobian–vector
+products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n)``; the implicit
+phase of ``auto`` for gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE`
+parameters). See :mod:`gradflow._engine.rosenbrock`."""
 
 _BY_NAME = {s.name: s for s in SOLVER_SPECS}
 _BY_CODE = {s.code: s for s in SOLVER_SPECS}
@@ -126,9 +135,10 @@ losses) becomes stiff once the fast modes have converged (explicit steps are the
 stability-limited, their number ∝ t1): ``auto`` runs ``dopri8`` in short rounds, estimates after
 each round whether its steps were stability-limited (``h·ρ`` against Dopri8's stability boundary)
 and switches such a lane to an implicit method, and back to ``dopri8`` when the implicit steps
-get small (:mod:`gradflow._engine.stiff`). The implicit method: ``rodas4-eigh`` for gradient
-flows (the Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with
-at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters, ``rodas4`` otherwise.
+get small (:mod:`gradflow._engine.stiff`). The implicit method: for gradient flows (the
+Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) ``rodas4-krylov``
+with at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters, ``rodas4-eigh`` with at
+least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE`; ``rodas4`` otherwise.
 Implicit solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`). The
 metadata's ``solver`` field records the name asked for (``auto`` included)."""
 

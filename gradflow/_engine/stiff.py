@@ -14,7 +14,8 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
   preconditioned by a symmetric eigendecomposition, for gradient flows of at least
   :data:`EIGEN_MIN_STATE` parameters, whose Jacobian block is symmetric by :func:`asymmetry`,
   in rounds of :data:`gradflow._engine.rosenbrock.EIGEN_RODAS4_ROUND` steps, one
-  eigendecomposition each; else :data:`IMPLICIT_FALLBACK`, Rodas4 with an LU factorisation per
+  eigendecomposition each; from :data:`KRYLOV_MIN_STATE` parameters on :data:`KRYLOV`, Rodas4
+  with conjugate-gradient solves on Jacobian–vector products, no dense matrix; else :data:`IMPLICIT_FALLBACK`, Rodas4 with an LU factorisation per
   step: :mod:`gradflow._engine.rosenbrock`);
 - an implicit lane whose ``h·ρ < STIFF_OFF·B`` (its steps are small enough for Dopri8 to be
   stable at no loss) switches back to explicit.
@@ -70,6 +71,20 @@ step size). Measured on the conditioning draws at ``d = 20`` (421 states, t1 = 1
 ``benchmarks/STIFF_d20.md``, against ROS34PW2 with the same eigendecomposition (``ros34pw2-eigh``,
 order 3: 484 and 742 steps at κ = 20 and 50, over the 400 that Rodas4's order 4 stays under) and
 Rodas4 with an LU factorisation per step."""
+
+KRYLOV = "rodas4-krylov"
+"""Rodas4 with the exact Jacobian through conjugate-gradient solves on Jacobian–vector products
+(:class:`gradflow._engine.rosenbrock.KrylovRodas4`): the implicit solver of ``auto`` for gradient
+flows of at least :data:`KRYLOV_MIN_STATE` parameters."""
+
+KRYLOV_MIN_STATE = 400
+"""``auto`` runs :data:`KRYLOV` instead of :data:`IMPLICIT` for gradient flows of at least this
+many parameters per lane. Measured (square family, t1 = 1e6, rtol 1e-8, warm, loaded 2-core
+machine, both in the same process): at ``d = 20`` (420 parameters) :data:`KRYLOV` took 0.03 /
+0.26 / 0.33 s against 0.07 / 0.71 / 0.79 s at κ = 1 / 20 / 50 and 0.03 against 0.82 s at κ = 5
+(``benchmarks/SCALE.md``); at ``d = 12`` (156 parameters) only 1.5× / 1.1× faster at κ = 5 / 50,
+within the noise of the machine, so the dense path keeps that range. Its CG needs 3–7 iterations
+per stage solve on average there (at most 23)."""
 
 IMPLICIT_FALLBACK = "rodas4"
 """The implicit solver of ``auto`` for fields whose Jacobian is not symmetric (not a
@@ -182,7 +197,8 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     ``NaN``, unknown): implicit lanes run :data:`IMPLICIT` if it is at most :data:`SYMMETRY_TOL`
     (a gradient flow), else :data:`IMPLICIT_FALLBACK` (when :data:`IMPLICIT` is for gradient flows
     only; any other :data:`IMPLICIT` runs regardless); ``state_size`` the number of parameters per
-    lane: below :data:`EIGEN_MIN_STATE` the fallback runs too.
+    lane: below :data:`EIGEN_MIN_STATE` the fallback runs too, from :data:`KRYLOV_MIN_STATE` on
+    :data:`KRYLOV` runs in place of :data:`IMPLICIT`.
 
     **Returns:** ``(codes, left, stiff)``: ``(k,)`` arrays of solver codes
     (:func:`gradflow._engine.solvers.spec` gives each one's row), of steps the lane may take next
@@ -199,7 +215,7 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
         stiff = np.where(stiff, ~(h_rho < STIFF_OFF * DOPRI8_BOUNDARY), h_rho > STIFF_ON * DOPRI8_BOUNDARY)
     symmetric = np.zeros(num_steps.shape, bool) if asym is None else np.asarray(asym, np.float64) <= SYMMETRY_TOL
     symmetric = symmetric & (state_size >= EIGEN_MIN_STATE)
-    eigen, fallback = spec(IMPLICIT), spec(IMPLICIT_FALLBACK)
+    eigen, fallback = spec(KRYLOV if state_size >= KRYLOV_MIN_STATE else IMPLICIT), spec(IMPLICIT_FALLBACK)
     implicit = np.where(symmetric | (not eigen.gradient_only), eigen.code, fallback.code)
     codes = np.where(stiff, implicit, code_of(EXPLICIT)).astype(np.int64)
     implicit_round = np.array([spec(c).auto_round or b for c, b in zip(implicit.ravel(), budget.ravel())],
