@@ -6,7 +6,7 @@
   ``simulate`` (``solver="auto"``: Dopri8 with stiffness detection, then the implicit phase:
   Rodas4 with solves preconditioned by one symmetric eigendecomposition per round
   (``rodas4-eigh``); ROS34PW2 with the eigendecomposition alone (``ros34pw2-eigh``); Rodas4, a
-  factorisation per step; Rodas4 with conjugate-gradient solves (``rodas4-krylov``, the default
+  factorisation per step; Rodas4 with conjugate-gradient solves (``rodas4-krylov``,
   forced here whatever ``KRYLOV_MIN_STATE`` says); one row each) against
   SciPy ``solve_ivp`` LSODA, BDF and Radau on the same log-time system (the independent NumPy field
   of ``benchmarks/reference.py``), stopped once at rest to round-off as gradflow is; LSODA also at
