@@ -23,6 +23,7 @@ DOCUMENTED = {
     "ros34pw2": (rosenbrock.Rosenbrock, rosenbrock.ROS34PW2, rosenbrock.HeldInverse, "hold"),
     "ros34pw2-eigh": (rosenbrock.Rosenbrock, rosenbrock.ROS34PW2, rosenbrock.Eigen, "pid-implicit"),
     "rodas4-eigh": (rosenbrock.Rosenbrock, rosenbrock.RODAS4, rosenbrock.EigenRefined, "pid-implicit"),
+    "rodas4-krylov": (rosenbrock.Rosenbrock, rosenbrock.RODAS4, rosenbrock.Krylov, "pid-implicit"),
 }
 
 
