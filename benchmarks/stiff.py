@@ -195,7 +195,7 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
 
     from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
     from gradflow.models import prepare
-    from gradflow._simulate import value_softmax_flow
+    from gradflow.internal import value_softmax_flow
 
     W0, a0, X, y = conditioning_init(kappa, 123, d)
     loss = gradflow.SquareLoss(y, design=X, scale=1.0)

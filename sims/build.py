@@ -55,7 +55,7 @@ class Figure:
 
 def provenance() -> dict[str, Any]:
     """Package versions, Python, platform and git revision (:mod:`gradflow._provenance`)."""
-    from gradflow._provenance import git_revision, versions
+    from gradflow.internal import git_revision, versions
 
     return {
         "packages": versions(("jax", "jaxlib", "diffrax", "optax", "equinox", "numpy", "matplotlib"), missing=None),

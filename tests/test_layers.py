@@ -122,12 +122,19 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+KNOWN = {"sims/sec4/train.py: imports private 'gradflow._provenance'":
+         "train.py is part of the code hash that keys the committed Sec. 4 runs (figures/transformer-runs): "
+         "editing its import would orphan them; it moves to gradflow.internal with the next retraining"}
+"""Violations allowed for now, each with its reason (an entry that no longer occurs fails the test)."""
+
+
 def test_no_private_or_upward_imports():
     found = []
     for rel in _files(("gradflow", *OUTSIDE)):
         with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
             found += violations(rel, f.read())
-    assert found == []
+    assert [v for v in found if v not in KNOWN] == []
+    assert set(KNOWN) <= set(found), "remove from KNOWN what no longer occurs"
 
 
 @pytest.mark.parametrize("rel, source, expected", [

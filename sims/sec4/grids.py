@@ -22,7 +22,7 @@ import shutil
 import sys
 
 from gradflow import GradflowValueError
-from gradflow._errors import ArgumentParser
+from gradflow.internal import ArgumentParser
 from gradflow.sims.sec4.train import (RunConfig, group_config, induction_config, load_result, run, run_name,
                                       with_origin)
 
