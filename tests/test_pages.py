@@ -5,6 +5,7 @@ command."""
 
 from __future__ import annotations
 
+import json
 import pathlib
 import re
 import shutil
@@ -39,14 +40,18 @@ def test_a_hand_edited_number_is_caught_and_rewritten(tmp_path):
     running the script puts the JSON's number back."""
     root = _copy(tmp_path)
     readme = root / "README.md"
-    edited = readme.read_text().replace("591 tests", "600 tests", 1)
+    cmds = root / "benchmarks" / "COMMANDS.json"
+    tests = json.loads(cmds.read_text())["tests"]
+    count = f"{tests['tests']} tests"
+    edited = readme.read_text().replace(count, f"{tests['tests'] + 9} tests", 1)
     assert edited != readme.read_text()
     readme.write_text(edited)
     assert pages.main(["--check", "--root", str(root)]) == 1
-    assert pages.main(["--root", str(root)]) == 0 and "591 tests" in readme.read_text()
+    assert pages.main(["--root", str(root)]) == 0 and count in readme.read_text()
     assert pages.main(["--check", "--root", str(root)]) == 0
-    cmds = root / "benchmarks" / "COMMANDS.json"
-    cmds.write_text(cmds.read_text().replace('"minutes": 24', '"minutes": 25'))
+    minutes = f'"minutes": {tests["minutes"]}'
+    assert minutes in cmds.read_text()
+    cmds.write_text(cmds.read_text().replace(minutes, f'"minutes": {tests["minutes"] + 1}'))
     assert pages.main(["--check", "--root", str(root)]) == 1
 
 
