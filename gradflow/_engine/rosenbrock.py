@@ -183,9 +183,11 @@ def _stages(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
             rhs = rhs + _combine(tab.C[i][:i], ks) / h
         ks.append(solve(rhs))
     # a trailing unit weight (RODAS4: y1 = u_6 + k_6) is added last, as the published form reads
-    last = len(ks) - 1 if tab.m[-1] == 1.0 else None
-    flat1 = _combine(tab.m[:last], ks[:last], flat0) if last is None else \
-        _combine(tab.m[:last], ks[:last], flat0) + ks[last]
+    unit_last = tab.m[-1] == 1.0
+    n = len(ks) - unit_last
+    flat1 = _combine(tab.m[:n], ks[:n], flat0)
+    if unit_last:
+        flat1 = flat1 + ks[-1]
     f1 = f(t1, flat1)
     y1 = unravel(flat1)
     return y1, unravel(_combine(tab.e, ks)), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
