@@ -111,6 +111,7 @@ def build(fig_id: str, out_dir: str, *, quick: bool = False, force: bool = False
     import matplotlib.pyplot as plt
 
     from gradflow.sims.registry import get_figure
+    from gradflow.sims import style
 
     fig = get_figure(fig_id)
     config = fig.config(quick)
@@ -124,6 +125,7 @@ def build(fig_id: str, out_dir: str, *, quick: bool = False, force: bool = False
         _save_npz(os.path.join(out_dir, f"{fig.id}.npz"), data, config_hash(fig, config))
     compute_s = time.perf_counter() - start
     mpl_fig = fig.plot(data, config)
+    style.place_legends(mpl_fig)  # no legend drawn over the curves
     for ext in ("png", "pdf"):
         path = os.path.join(out_dir, f"{fig.id}.{ext}")
         atomic_write(path, lambda f, ext=ext: mpl_fig.savefig(f, format=ext))

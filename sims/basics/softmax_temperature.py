@@ -66,7 +66,7 @@ def plot(data: dict, cfg: dict):
     ax_t.set_ylabel("softmax$(a/T)_i$")
     ax_t.set_ylim(-0.02, 1.02)
     ax_t.set_title("$T<1$ sharpens, $T>1$ flattens")
-    ax_t.legend(loc="center left")
+    fig.legend(*ax_t.get_legend_handles_labels(), loc="outside lower center", ncol=len(words), title="token (panels 1–2)")
 
     n = len(words)
     ax_h.plot(temps, data["entropy"], color="k")

@@ -100,7 +100,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
 
 
 def plot(data: dict, cfg: dict):
-    fig, axes = style.figure(1, 3, height=2.55)
+    fig, axes = style.figure(1, 3, height=3.2)  # room for the 3-row legend under the panels
     ax_G, ax_S, ax_d = axes[0]
     t, pos = data["t"], data["t"] > 0
     cols = style.colors(len(data["rhos"]))
@@ -116,7 +116,6 @@ def plot(data: dict, cfg: dict):
     ax_G.plot(data["gd_logistic_t"][m], data["gd_logistic_Gamma"][m], color=cols[i1], **style.GD)
     ax_G.set_ylabel("$\\Gamma(t) = \\int_0^t \\gamma\\,d\\tau$")
     ax_G.set_title("(a) logistic: $\\Gamma \\approx \\log t\\,/\\,\\|\\beta^*\\|^2$")
-    ax_G.legend(loc="upper left")
     sq_t, sq_pos = data["sq_t"], data["sq_t"] > 0
     names = ("Fig. 2 $V(0)$", "$V(0) = 0$ (Lemma 3.5)")
     for k, name in enumerate(names):
@@ -129,7 +128,6 @@ def plot(data: dict, cfg: dict):
     ms = thin(len(data["gd_square_t"]), 35)
     ax_S.plot(data["gd_square_t"][ms], data["gd_square_Gamma"][ms], color=SQUARE_COLORS[0], **style.GD)
     ax_S.set_title("(b) square $\\frac{1}{2}\\|\\beta^*-\\beta\\|^2$: plateau")
-    ax_S.legend(loc="center right")
     ax_d.axhline(1.0, color="0.4", linestyle="--", linewidth=0.8)
     ax_d.set_yscale("log")
     ax_d.set_ylim(1e-4, 10)
@@ -141,8 +139,11 @@ def plot(data: dict, cfg: dict):
     ax_S.set_xlim(1e-2, sq_t[-1])
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
                Line2D([], [], color="k", linestyle="--", linewidth=0.7)]
-    fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta = {cfg['lr']}$, {cfg['gd_steps']:.0e} it. (Riemann sum)",
-                         f"fit over $t\\in[{sci(cfg['fit_window'][0])}, {sci(cfg['fit_window'][1])}]$ (theory.polarisation)"],
+    labels = ["gradient flow (diffrax)", f"GD, $\\eta = {cfg['lr']}$, {cfg['gd_steps']:.0e} it. (Riemann sum)",
+              f"fit over $t\\in[{sci(cfg['fit_window'][0])}, {sci(cfg['fit_window'][1])}]$ (theory.polarisation)"]
+    colours, named = ax_G.get_legend_handles_labels()  # panels (a) and (b) first, in one legend under all panels
+    squares, named_sq = ax_S.get_legend_handles_labels()
+    fig.legend(colours + squares + handles, [f"(a) {x}" for x in named] + [f"(b) {x}" for x in named_sq] + labels,
                loc="outside lower center", ncol=3)
     fig.suptitle(f"Polarisation coefficient $\\Gamma(t)$ — Fig. 2 draws ($n=d={cfg['n']}$, seed {cfg['seed']})", fontsize=9)
     return fig

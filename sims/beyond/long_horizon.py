@@ -60,7 +60,7 @@ def local_exponent(t: np.ndarray, y: np.ndarray, t_min: float = 10.0):
 
 
 def plot(data: dict, cfg: dict):
-    fig, axes = style.figure(1, 3, height=2.45)
+    fig, axes = style.figure(1, 3, height=3.1)  # room for the 2-row legend under the panels
     ax_s, ax_p, ax_e = axes[0]
     t, pos = data["t"], data["t"] > 0
     gd_t, marks = data["gd_t"], thin(len(data["gd_t"]), 30)
@@ -72,7 +72,6 @@ def plot(data: dict, cfg: dict):
     ax_s.set_yscale("log")
     ax_s.set_ylabel("$s_i(t)$ ($i$ ranked by $u_i(0)$)")
     ax_s.set_title("(a) weights to $t = 10^{30}$")
-    ax_s.legend(loc="lower left", ncol=2)
 
     ax_p.plot(t[pos], data["one_minus_s0"][pos], color="k", label="$1 - s_0$", **style.FLOW)
     ax_p.plot(t[pos], data["entropy"][pos], color="tab:purple", label="entropy $H(s)$ (nats)", **style.FLOW)
@@ -103,9 +102,10 @@ def plot(data: dict, cfg: dict):
         ax.axvline(PAPER_GD_END, color="0.4", linewidth=0.7, linestyle=":")
     ax_e.text(PAPER_GD_END, ax_e.get_ylim()[0] + 0.3, " paper's GD stops\n ($t = 10^5$)", fontsize=style.NOTE, color="0.3",
               va="bottom")
-    handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
-    fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, {cfg['gd_steps']:.0e} it."],
-               loc="outside lower center", ncol=2)
+    handles, labels = ax_s.get_legend_handles_labels()  # panel (a)'s colours, then the line styles
+    handles += [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
+    labels += ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, {cfg['gd_steps']:.0e} it."]
+    fig.legend(handles, labels, loc="outside lower center", ncol=5)
     fig.suptitle(f"Fig. 2 continued to $t = 10^{{30}}$ — logistic teacher, $n=d={cfg['n']}$, seed {cfg['seed']}",
                  fontsize=9)
     return fig

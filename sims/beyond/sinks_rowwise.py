@@ -152,7 +152,6 @@ def plot(data: dict, cfg: dict):
     ax_w.set_xscale("log")
     ax_w.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
     ax_w.set_ylabel("row's weight on its final top column")
-    ax_w.legend(loc="upper left")
     ax_w.set_title("each row converges onto one column", fontsize=7.5)
 
     ax_f = fig.add_subplot(bottom[0, 1])
@@ -168,8 +167,9 @@ def plot(data: dict, cfg: dict):
     ax_f.legend(loc="upper right", ncol=1)
     ax_f.set_title(f"agreement at $t_1 = {sci(cfg['t1'])}$", fontsize=7.5)
     handles = [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
-    fig.legend(handles, ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, $A(0)=0$"], loc="outside lower center",
-               ncol=2)
+    rows, named = ax_w.get_legend_handles_labels()  # the bottom-left panel's rows (row r → its final token)
+    fig.legend(rows + handles, named + ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, $A(0)=0$"],
+               loc="outside lower center", ncol=4)
     fig.suptitle(f"Attention sinks in the row-wise model ($T={T}$ tokens, $d={cfg['d']}$, logistic teacher)", fontsize=9)
     return fig
 

@@ -94,7 +94,7 @@ def plot(data: dict, cfg: dict):
 
     handles += [Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD)]
     labels += ["gradient flow (diffrax)", f"GD, $\\eta={cfg['lr']}$, {cfg['gd_steps']:.0e} it."]
-    ax_s.legend(handles, labels, loc="lower left", ncol=2)
+    fig.legend(handles, labels, loc="outside lower center", ncol=5)  # the colours hold in both panels
     ax_u.text(gd_t[-1], ax_u.get_ylim()[0], " end of GD", fontsize=style.NOTE, color="0.4", va="bottom")
     fig.suptitle(f"Fig. 2 — logistic teacher, $n=d={cfg['n']}$, seed {cfg['seed']}", fontsize=9)
     return fig

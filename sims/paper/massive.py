@@ -92,10 +92,10 @@ def plot(data: dict, cfg: dict):
         if r == len(Ds) - 1:
             for ax in axes[r]:
                 ax.set_xlabel("flow time $t$  (GD: $t = \\eta k$)")
-    axes[0][0].legend([Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
+    fig.legend([Line2D([], [], color="k", **style.FLOW), Line2D([], [], color="k", **style.GD),
                        Line2D([], [], color="C3"), Line2D([], [], color="0.6", linewidth=0.5)],
                       ["flow", f"GD $\\eta={cfg['lr']:g}$", "selected token / column", "other tokens / columns"],
-                      loc="lower left")
+                      loc="outside lower center", ncol=4)
     fig.suptitle(f"Massive activations — tied model $\\alpha=\\mathrm{{softmax}}(Ua)$, $\\beta=U\\alpha$, $U(0)=I$, "
                  f"logistic teacher, seed {cfg['seed']}: flow to $t={cfg['t1']:g}$, GD {cfg['gd_steps']:.0e} it.",
                  fontsize=7.5)

@@ -26,22 +26,22 @@ MARKERS = {1: "^", 2: "s", 4: "o", 8: "D"}
 
 def plot(data: dict, cfg: dict):
     data = _sec4.unpack(data)
-    fig, axes = style.figure(1, 2, height=2.9)
+    fig, axes = style.figure(1, 2, height=3.3)
     ax, ax_h = axes[0]
     pct, pct_bounded = _sec4.sink_percent(data), _sec4.sink_percent_bounded(data)
     _sec4.bars_by_kernel(ax, pct, cfg, ylabel="% sink heads (layer 2)",
                          available=data["ind_available"], top=100.0, diverged=data["diverged_step"])
     unbounded = [i for i in range(len(pct)) if np.isfinite(pct[i]) and pct[i] != pct_bounded[i]]
-    ax.set_ylim(0, 140 if unbounded else 112)  # with the † note: room for it above the bars (they end below 112)
+    ax.set_ylim(0, 118)  # room for the labels and † marks above the bars (they end at 100)
     for i in unbounded:  # the authors' count includes heads whose share is not a fraction
         x = _sec4.bar_position(cfg["variants"][i])
         ax.text(x, pct[i] + 9, "†", ha="center", va="bottom", fontsize=7, color="C3")
     if unbounded:
         ax.set_yticks(range(0, 101, 20))
-        ax.text(0.98, 0.98, "† counts heads with BOS share > 1:\na signed kernel's row can sum to ≈ 0\n"
-                "shares in (0.9, 1] only: "
-                + ", ".join(f"{_sec4.variant_label(cfg['variants'][i])} {pct_bounded[i]:.0f} %" for i in unbounded),
-                transform=ax.transAxes, fontsize=style.NOTE, color="C3", va="top", ha="right")
+        fig.supxlabel("† (left) counts heads with BOS share > 1 (a signed kernel's row can sum to ≈ 0); "
+                      "shares in (0.9, 1] only: "
+                      + ", ".join(f"{_sec4.variant_label(cfg['variants'][i])} {pct_bounded[i]:.0f} %" for i in unbounded),
+                      fontsize=style.NOTE, color="C3")
     ax.set_title("sink heads in runs with induction acc. > 0.95", fontsize=7, pad=14)
     names = cfg["variants"]
     runs = cfg["induction_runs"]
@@ -60,7 +60,7 @@ def plot(data: dict, cfg: dict):
     ax_h.set_xlim(-0.6, len(names) - 0.4)
     ax_h.set_ylabel("BOS share of a layer-2 head")
     heads = sorted({s["n_heads"] for s in runs})
-    ax_h.set_title("each layer-2 head (blue: acc > 0.95, red: below; "
+    ax_h.set_title("each layer-2 head\n(blue: acc > 0.95, red: below; "
                    + ", ".join(f"{MARKERS.get(h, 'o')} {h} head{'s' if h > 1 else ''}" for h in heads) + ")",
                    fontsize=style.NOTE)
     b2 = data["bos_share"][:, :, -1]
@@ -69,7 +69,7 @@ def plot(data: dict, cfg: dict):
         ax_h.set_yscale("symlog", linthresh=1.0, linscale=3.0)
         top = hi * 1.3
         ax_h.set_ylim(min(-0.03, lo * 1.3), top)
-        note = "share > 1: signed kernel, not a fraction (axis: log beyond ±1)"
+        note = "share > 1: signed kernel, not a fraction\n(axis: log beyond ±1)"
     else:  # signed kernels: shares outside [0, 1], a little
         top = max(1.03, hi + 0.05) if hi <= 1.03 else hi + 0.35
         ax_h.set_ylim(min(-0.03, lo - 0.05), top)
