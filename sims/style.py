@@ -148,7 +148,8 @@ def _widen(ax, leg, renderer, samples: int, headroom: float) -> bool:
 
 
 def _covered_points(ax, renderer, samples: int) -> int:
-    """Sample points of ``ax``'s lines and markers inside its legend's box (0 without a legend)."""
+    """Sample points of the lines (``ax``'s and those of its twin axes), markers and bar tops of
+    ``ax`` inside its legend's box (0 without a legend)."""
     import numpy as np
 
     leg = ax.get_legend()
@@ -156,8 +157,9 @@ def _covered_points(ax, renderer, samples: int) -> int:
         return 0
     box = leg.get_window_extent(renderer)
     n = 0
-    for line in ax.lines:
-        if not line.get_visible() or not all(line.get_transform().contains_branch_seperately(ax.transData)):
+    twins = [a for a in ax.figure.axes if a is not ax and a.bbox.bounds == ax.bbox.bounds]  # twinx/twiny
+    for line in [line for a in (ax, *twins) for line in a.lines]:
+        if not line.get_visible() or not all(line.get_transform().contains_branch_seperately(line.axes.transData)):
             continue  # hidden, or a reference line across the axes (axhline, axvline): not data
         xy = np.asarray(line.get_xydata(), dtype=float)
         xy = xy[np.all(np.isfinite(xy), axis=1)]

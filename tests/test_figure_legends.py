@@ -1,7 +1,8 @@
-"""No legend hides data: every committed figure, re-plotted from its committed data (nothing
-computed) and passed through the build's legend placement, has no data line or marker sample
-inside an in-axes legend box; negative controls: a legend drawn over a curve is caught, and the
-placement moves it to empty space."""
+"""No legend hides data and no text is under 7 pt: every committed figure, re-plotted from its
+committed data (nothing computed) and passed through the build's legend placement, has no data
+line, marker or bar-top sample inside an in-axes legend box and no text under
+:data:`gradflow.sims.style.NOTE`; negative controls: a legend drawn over a curve is caught, and
+the placement moves it to empty space (the 5 pt control is in test_figure_text_sizes.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("fig_id", registry.figure_ids())
-def test_committed_figure_legends_hide_no_data(fig_id, monkeypatch, tmp_path):
+def test_committed_figure_layout(fig_id, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT)  # the Sec. 4 configs list the committed runs under ./figures/transformer-runs
     monkeypatch.setenv("GRADFLOW_SEC4_TRAIN", "0")
     monkeypatch.setenv("GRADFLOW_RUNS_CACHE", str(tmp_path / "no-runs"))
@@ -30,6 +31,7 @@ def test_committed_figure_legends_hide_no_data(fig_id, monkeypatch, tmp_path):
     try:
         style.place_legends(f)
         assert style.covered(f) == []
+        assert style.too_small(f) == []
     finally:
         plt.close(f)
 

@@ -63,9 +63,13 @@ def config(quick: bool) -> dict:
                 t1=1e4, t_min=1e-2, rtol=1e-6, solver="dopri8", lr_gd=0.03, adam_lr=1e-3, adam_wd=0.01)
     quick_sizes = {"scale": "quick", "d_model": 8, "n_heads": 2, "n_train": 32, "n_test": 200, "max_steps": 30,
                    "points": 16, "gd_points": 12, "gd_max_steps": 400, "adam_steps": 200, "adam_points": 12}
-    # The gallery (non-quick) build uses the quick sizes too: the larger build LARGER (about 25 min of
-    # two free cores) did not finish on the shared machine; pass it by hand to run it.
-    return {**base, **quick_sizes}
+    if quick:
+        return {**base, **quick_sizes}
+    # The gallery: the same model and data, followed 10x further: solver "auto" (Dopri8 until the
+    # flow turns stiff, then the Hessian-free Rosenbrock-Krylov method: 3,556 states are above
+    # gradflow's Krylov threshold), 300 steps; Adam 3000 steps (its loss then below the flow's).
+    return {**base, **quick_sizes, "scale": "gallery", "solver": "auto", "max_steps": 300, "points": 20,
+            "gd_points": 16, "gd_max_steps": 6000, "adam_steps": 3000, "adam_points": 16}
 
 
 LARGER = {"scale": "committed", "d_model": 16, "n_heads": 4, "n_train": 256, "n_test": 500, "max_steps": 200,
@@ -193,9 +197,10 @@ def _label(kernel: str, norm: bool) -> str:
     return kernel + (" (normalised)" if norm else " w/o norm")
 
 
-def _acc_loss(ax, curves, xlabel: str, title: str) -> None:
+def _acc_loss(ax, curves, xlabel: str, title: str) -> tuple[list, list]:
     """Induction accuracy (left axis, black) and training loss (right axis, blue) of ``curves``:
-    ``[(t, acc, loss, style kwargs, label)]``."""
+    ``[(t, acc, loss, style kwargs, label)]``; returns the legend's ``(handles, labels)`` (the
+    curves fill the panel, so the figure draws one legend for every row under the panels)."""
     ax_l = ax.twinx()
     for t, acc, loss, kw, label in curves:
         pos = t > 0
@@ -203,13 +208,13 @@ def _acc_loss(ax, curves, xlabel: str, title: str) -> None:
         ax_l.plot(t[pos], loss[pos], color="C0", label=f"training loss, {label}", **kw)
     ax.set_xscale("log")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_ylabel("induction accuracy (evaluation set)", fontsize=6.5)
-    ax_l.set_ylabel("training loss", fontsize=6.5, color="C0")
+    ax.set_ylabel("induction accuracy (evaluation set)", fontsize=style.NOTE)
+    ax_l.set_ylabel("training loss", fontsize=style.NOTE, color="C0")
     ax.set_xlabel(xlabel)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax_l.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, fontsize=5.2, loc="center left")
-    ax.set_title(title, fontsize=6.5)
+    ax.set_title(title, fontsize=style.NOTE)
+    return h1 + h2, l1 + l2
 
 
 def plot(data: dict, cfg: dict):
@@ -235,23 +240,22 @@ def plot(data: dict, cfg: dict):
             ax.axhline(0.9, color="0.4", linestyle="--", linewidth=0.7)
             ax.set_xscale("log")
             ax.set_ylim(lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo))
-            ax.set_ylabel(f"layer-2 BOS share — {_label(kernel, norm)}", fontsize=6.5)
-            ax.legend(fontsize=5.5, loc="upper left")
-            if hi > 1.0 or lo < 0.0:
-                ax.text(0.99, 0.01, "signed weights: the share is not a fraction", transform=ax.transAxes,
-                        fontsize=5, color="C3", ha="right", va="bottom")
+            signed = "\n(signed weights: not a fraction)" if hi > 1.0 or lo < 0.0 else ""
+            ax.set_ylabel(f"layer-2 BOS share — {_label(kernel, norm)}{signed}", fontsize=style.NOTE)
+            ax.legend(fontsize=style.NOTE, loc="upper left")
         ax_b.axvline(float(data["flow_t_end"][i]), color="0.3", linestyle=":", linewidth=0.8)
         ax_b.set_xlabel("flow time $t$ (GD: $t = \\eta k$)")
         ax_b.set_title(f"flow (lines) to $t$ = {float(data['flow_t_end'][i]):.3g} "
                        f"({data['flow_status'][i]}, {int(data['flow_steps'][i])} steps);\n"
-                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o) to the same $t$", fontsize=6.5)
-        _acc_loss(ax_a, [(tf, af, lf, style.FLOW, "flow"), (tg, ag, lg, style.GD, "GD")],
-                  "flow time $t$ (GD: $t = \\eta k$)", "flow and GD:\naccuracy, training loss")
+                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o) to the same $t$", fontsize=style.NOTE)
+        h_flow, l_flow = _acc_loss(ax_a, [(tf, af, lf, style.FLOW, "flow"), (tg, ag, lg, style.GD, "GD")],
+                                   "flow time $t$ (GD: $t = \\eta k$)", "flow and GD:\naccuracy, training loss")
         ax_adam.set_xlabel("Adam step $k$ (not flow time)")
         ax_adam.set_title(f"AdamW lr {cfg['adam_lr']:g}, wd {cfg['adam_wd']:g},\nfull batch, "
-                          f"{int(data['adam_steps'][i])} steps", fontsize=6.5)
-        _acc_loss(ax_adam_a, [(ta, aa, la, dict(marker=".", markersize=3, linewidth=1.0), "Adam")],
-                  "Adam step $k$", "Adam:\naccuracy, training loss")
+                          f"{int(data['adam_steps'][i])} steps", fontsize=style.NOTE)
+        h_adam, l_adam = _acc_loss(ax_adam_a, [(ta, aa, la, dict(marker=".", markersize=3, linewidth=1.0), "Adam")],
+                                   "Adam step $k$", "Adam:\naccuracy, training loss")
+    fig.legend(h_flow + h_adam, l_flow + l_adam, loc="outside lower center", ncol=6, fontsize=style.NOTE)
     fig.suptitle(f"Sinks under the exact flow? Sec. 4 induction transformer, d_model {cfg['d_model']}, "
                  f"{cfg['n_layers']} layers × {cfg['n_heads']} heads, {cfg['n_train']} fixed training sequences "
                  f"(full batch, float64), one init; {cfg['scale']} scale. Dashed: sink threshold 0.9", fontsize=8)
