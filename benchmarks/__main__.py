@@ -5,8 +5,9 @@ Sections: Fig. 2 to ``t = 1e5`` (cold process with and without the persistent
 compilation cache, and warm) vs the GD loop, both the authors' interpreted NumPy loop and
 gradflow's jitted ``descend`` (so the flow-vs-GD ratio and the JIT-vs-Python ratio are apart); one trajectory to ``t = 1e12`` at three
 tolerances vs DOP853, LSODA, Radau (time, steps, error against a tight reference); 1024 seeds
-batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch; then
-the solve costs (``python -m benchmarks.costs``, ``COSTS.md``) and their verdicts in this report
+batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch; the
+first call of a new model in fresh processes vs SciPy (``python -m benchmarks.first_call``, one
+small row under ``--quick``); then the solve costs (``python -m benchmarks.costs``, ``COSTS.md``) and their verdicts in this report
 (``python -m benchmarks.targets``).
 Times are medians over repeats (the count is in each table; every baseline at least 3). ``--quick`` is a smoke run at
 small sizes whose numbers mean nothing.
@@ -32,6 +33,7 @@ from gradflow.internal import default_record, engine_batch as _batch, engine_sti
 from gradflow.io import atomic_write
 from benchmarks.problems import BARE, TS_1E12, batch, draws, fig2_draws, flow, tolerance_case
 
+from . import first_call
 from . import integrate_overhead
 from . import stiff as stiff_bench
 from .baselines import authors_gd, scipy_flow
@@ -422,7 +424,8 @@ def main(argv=None) -> int:
     res = {"machine": machine(), "versions": versions()}
     for name, fn in (("fig2", bench_fig2), ("tolerances", bench_tolerances), ("seeds", bench_seeds),
                      ("scaling", bench_scaling), ("slow_lane", bench_slow_lane), ("stiff", stiff_bench.bench),
-                     ("integrate", lambda q, R: integrate_overhead.run(R(50)))):
+                     ("integrate", lambda q, R: integrate_overhead.run(R(50))),
+                     ("first_call", lambda q, R: first_call.run(quick=args.quick))):
         if name == "slow_lane" and args.quick:  # two implicit-solver compiles: too slow for a smoke run
             continue
         t0 = time.perf_counter()
@@ -430,6 +433,7 @@ def main(argv=None) -> int:
         print(f"benchmarks: {name} done in {time.perf_counter() - t0:.0f} s", flush=True)
     text = report(res, cmd, args.quick, time.perf_counter() - start) + stiff_bench.report(res.get("stiff"))
     text = integrate_overhead.insert(text, integrate_overhead.section(res["integrate"]))
+    text = first_call.insert(text, first_call.section(res["first_call"], cmd))
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")
