@@ -343,7 +343,7 @@ def _parser() -> argparse.ArgumentParser:
         help=f"the main job: run the checks, then every figure into {DEFAULT_OUT}/ "
              "(its measured time: docs/getting-started.md)",
         description="Run every theorem check, then build every figure: paper scale, except the five Sec. 4 "
-                    "transformer figures, which are built in quick mode unless --paper-scale; --quick makes "
+                    "transformer figures and flow-sinks, which are built in quick mode unless --paper-scale; --quick makes "
                     "everything CI scale (fewer trials, shorter horizons). One progress line per check as it "
                     "finishes; --out is checked before any work starts. A killed run resumes from the finished "
                     "figures; its measured time is in docs/getting-started.md.",
@@ -351,8 +351,9 @@ def _parser() -> argparse.ArgumentParser:
     figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",
                    help="build the Sec. 4 transformer figures at paper scale (the sink and flip grids of 11 "
-                        "kernels: days on 2 CPU cores; resumable, committed runs reused) instead of quick mode "
-                        "(3 induction and 6 group models, about 6 min)")
+                        "kernels: days on 2 CPU cores; resumable, committed runs reused) and flow-sinks at gallery "
+                        "scale (about 20 min) instead of quick mode (3 induction and 6 group models, about 6 min; "
+                        "flow-sinks about 4 min)")
     r.set_defaults(func=_cmd_reproduce)
 
     w = add(

@@ -37,8 +37,9 @@ class Figure:
     - ``plot(data, config) -> matplotlib Figure``.
     - ``summary(data, config) -> dict``: measured numbers for the JSON / gallery (optional).
     - ``extras(data, config, out_dir) -> list[str]``: extra files written (optional).
-    - ``long_paper_scale``: the paper-scale compute takes hours (trains models), so
-      ``gradflow reproduce`` builds this id in quick mode unless ``--paper-scale`` is given.
+    - ``long_paper_scale``: the paper-scale compute takes hours (trains models) or, for
+      ``flow-sinks``, ~20 min of 2 cores, so ``gradflow reproduce`` builds this id in quick mode
+      unless ``--paper-scale`` is given.
     """
 
     title: str

@@ -298,4 +298,5 @@ FIGURE = Figure(
     compute=compute,
     plot=plot,
     summary=summary,
+    long_paper_scale=True,  # the gallery build is ~20 min of 2 cores: reproduce builds it quick
 )
