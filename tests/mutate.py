@@ -312,7 +312,7 @@ ENGINE_MUTATIONS = (
              "an unknown solver name passes the check (a KeyError deep inside instead of a clear error)",
              "tests/test_validation.py::test_bad_argument_is_one_clear_line"),
     Mutation("solvers_rodas4_row_wrong", "gradflow/_engine/solvers.py",
-             'SolverSpec("rodas4", 5, _rodas4,', 'SolverSpec("rodas4", 5, _kvaerno5,',
+             'SolverEntry("rodas4", 5, _rodas4,', 'SolverEntry("rodas4", 5, _kvaerno5,',
              "solver='rodas4' builds Kvaerno5",
              "tests/test_engine_interior.py::test_solver_table_builds_the_documented_methods"),
     Mutation("solvers_implicit_pid_default", "gradflow/_engine/solvers.py",

@@ -32,7 +32,7 @@ def test_solver_table_builds_the_documented_methods():
     distinct positive integers, and ``auto`` is a policy, not a row. Control: a name outside the
     table is refused with a clear error."""
     assert solvers.SOLVERS == ("auto",) + tuple(DOCUMENTED)
-    codes = [s.code for s in solvers.SOLVER_SPECS]
+    codes = [s.code for s in solvers.SOLVER_TABLE]
     assert len(set(codes)) == len(codes) and min(codes) > 0
     for name, (cls, tableau, linear, controller) in DOCUMENTED.items():
         code = solvers.code_of(name)

@@ -29,7 +29,7 @@ class Settings:
     always ``t1``); ``rtol``, ``atol`` the step controller's tolerances (0-d arrays).
 
     Static: ``solver`` ``"auto"`` or a concrete name of
-    :data:`gradflow._engine.solvers.SOLVER_SPECS`; ``max_steps`` each lane's step budget, all
+    :data:`gradflow._engine.solvers.SOLVER_TABLE`; ``max_steps`` each lane's step budget, all
     phases together; ``keep`` the number of save points returned (``taus`` may carry one more, the
     end point); ``args_batched`` whether the flow's arguments carry a leading lane axis; ``lane``
     return this lane only (``None``: every lane)."""
@@ -59,7 +59,7 @@ class Settings:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Round:
     """One round of solves (static): ``solver`` the integer code of the solver every lane of the
-    round runs (:data:`gradflow._engine.solvers.SOLVER_SPECS`) and ``steps`` the most steps
+    round runs (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and ``steps`` the most steps
     each may take in it."""
 
     solver: int = dataclasses.field(**_static)

@@ -247,7 +247,7 @@ class SolveState(eqx.Module):
 def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, max_steps: int,
                batched: bool = False) -> SolveState:
     """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``, with
-    the solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_SPECS`) and at most
+    the solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and at most
     ``max_steps`` steps (``batched``: it is traced under ``vmap``,
     :func:`gradflow._engine.solvers.make_solver`).
 

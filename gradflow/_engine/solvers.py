@@ -18,7 +18,7 @@ from .._errors import bad_arg
 from . import rosenbrock
 from .erk import UnrolledDopri8
 
-__all__ = ["AUTO", "SolverSpec", "SOLVER_SPECS", "SOLVERS", "spec", "code_of", "make_solver", "make_controller",
+__all__ = ["AUTO", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "spec", "code_of", "make_solver", "make_controller",
            "resolve_solver"]
 
 AUTO = "auto"
@@ -72,8 +72,8 @@ def _rodas4_krylov(rtol, atol, batched):
 
 
 @dataclasses.dataclass(frozen=True)
-class SolverSpec:
-    """One row of :data:`SOLVER_SPECS`.
+class SolverEntry:
+    """One row of :data:`SOLVER_TABLE`.
 
     ``name``: the public ``solver`` name; ``code``: the integer lanes carry (> 0); ``make(rtol,
     atol, batched)``: the diffrax solver; ``controller``: ``"pid"`` (diffrax's default PID
@@ -93,18 +93,18 @@ class SolverSpec:
     auto_round: int | None = None
 
 
-SOLVER_SPECS = (
-    SolverSpec("tsit5", 1, _tsit5),
-    SolverSpec("dopri5", 2, _dopri5),
-    SolverSpec("dopri8", 3, _dopri8),
-    SolverSpec("kvaerno5", 4, _kvaerno5, "pid-implicit", implicit=True),
-    SolverSpec("rodas4", 5, _rodas4, "pid-implicit", implicit=True),
-    SolverSpec("ros34pw2", 6, _ros34pw2, "hold", implicit=True),
-    SolverSpec("ros34pw2-eigh", 7, _ros34pw2_eigh, "pid-implicit", implicit=True, gradient_only=True,
+SOLVER_TABLE = (
+    SolverEntry("tsit5", 1, _tsit5),
+    SolverEntry("dopri5", 2, _dopri5),
+    SolverEntry("dopri8", 3, _dopri8),
+    SolverEntry("kvaerno5", 4, _kvaerno5, "pid-implicit", implicit=True),
+    SolverEntry("rodas4", 5, _rodas4, "pid-implicit", implicit=True),
+    SolverEntry("ros34pw2", 6, _ros34pw2, "hold", implicit=True),
+    SolverEntry("ros34pw2-eigh", 7, _ros34pw2_eigh, "pid-implicit", implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_ROUND),
-    SolverSpec("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
+    SolverEntry("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_RODAS4_ROUND),
-    SolverSpec("rodas4-krylov", 9, _rodas4_krylov, "pid-implicit", implicit=True, gradient_only=True),
+    SolverEntry("rodas4-krylov", 9, _rodas4_krylov, "pid-implicit", implicit=True, gradient_only=True),
 )
 """The solvers, by code. ``tsit5``, ``dopri5``, ``dopri8``: diffrax's explicit methods (Dopri8:
 order 8, the explicit phase of ``auto``). ``kvaerno5``: diffrax's ESDIRK with a Newton root
@@ -122,11 +122,11 @@ products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n
 phase of ``auto`` for gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE`
 parameters). See :mod:`gradflow._engine.rosenbrock`."""
 
-_BY_NAME = {s.name: s for s in SOLVER_SPECS}
-_BY_CODE = {s.code: s for s in SOLVER_SPECS}
+_BY_NAME = {s.name: s for s in SOLVER_TABLE}
+_BY_CODE = {s.code: s for s in SOLVER_TABLE}
 
-SOLVERS = (AUTO,) + tuple(s.name for s in SOLVER_SPECS)
-"""Accepted ``solver`` names: ``auto`` (the default) and every name of :data:`SOLVER_SPECS`.
+SOLVERS = (AUTO,) + tuple(s.name for s in SOLVER_TABLE)
+"""Accepted ``solver`` names: ``auto`` (the default) and every name of :data:`SOLVER_TABLE`.
 
 ``auto``, for every flow: ``dopri8`` (explicit, 8th order) with stiffness detection. A flow
 without a finite minimiser (e.g. the logistic teacher) is non-stiff in log time and stays on
@@ -143,8 +143,8 @@ Implicit solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_thr
 metadata's ``solver`` field records the name asked for (``auto`` included)."""
 
 
-def spec(key: str | int | np.integer) -> SolverSpec:
-    """The row of :data:`SOLVER_SPECS` with this name or code (``KeyError`` if none)."""
+def spec(key: str | int | np.integer) -> SolverEntry:
+    """The row of :data:`SOLVER_TABLE` with this name or code (``KeyError`` if none)."""
     return _BY_CODE[int(key)] if not isinstance(key, str) else _BY_NAME[key]
 
 
@@ -172,7 +172,7 @@ def make_controller(code: int | np.integer, rtol, atol, dtmin):
 
 
 def resolve_solver(solver: str) -> str:
-    """``solver`` checked: ``"auto"`` or a concrete name of :data:`SOLVER_SPECS`.
+    """``solver`` checked: ``"auto"`` or a concrete name of :data:`SOLVER_TABLE`.
 
     **Raises:** :class:`gradflow.GradflowValueError` for a name not in :data:`SOLVERS`."""
     if not isinstance(solver, str) or solver not in SOLVERS:

@@ -95,7 +95,7 @@ gradient flow): Rodas4, a fresh Jacobian and LU factorisation every step."""
 
 EIGEN_MIN_STATE = 128
 """``auto`` uses the solvers for gradient flows only (``gradient_only`` in
-:data:`gradflow._engine.solvers.SOLVER_SPECS`) only for at least this many parameters per
+:data:`gradflow._engine.solvers.SOLVER_TABLE`) only for at least this many parameters per
 lane. On small states a factorisation per step costs little (set when :data:`EIGEN`, of order 3,
 was the implicit phase: conditioning draw d = 4, 21 states, κ = 20, t1 = 1e5, rtol 1e-8: 969 steps
 with :data:`EIGEN`, under 400 with Rodas4)."""
@@ -124,7 +124,7 @@ def _threadpools():
 @contextlib.contextmanager
 def blas_threads(solver_name: str):
     """Run the enclosed solve with :data:`BLAS_THREADS` BLAS threads if ``solver_name`` is ``auto``
-    or an implicit solver (``implicit`` in :data:`gradflow._engine.solvers.SOLVER_SPECS`: it
+    or an implicit solver (``implicit`` in :data:`gradflow._engine.solvers.SOLVER_TABLE`: it
     factorises dense matrices) (via ``threadpoolctl``; restored on exit); otherwise do nothing.
 
     On CPU, JAX's LU factorisations and triangular solves call the LAPACK/BLAS that SciPy ships
@@ -192,7 +192,7 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     """The solver each lane runs next, how many steps it may take in that round, and its phase.
 
     **Arguments:** ``solver`` the run's solver name (``auto`` or a name of
-    :data:`gradflow._engine.solvers.SOLVER_SPECS`); ``num_steps`` ``(k,)`` int, the steps each
+    :data:`gradflow._engine.solvers.SOLVER_TABLE`); ``num_steps`` ``(k,)`` int, the steps each
     unfinished lane has taken so far (all phases); ``max_steps`` the run's budget; ``stiff``
     ``(k,)`` bool, the lanes' current phase (``True``: implicit; default all explicit); ``h_rho``
     ``(k,)`` float, ``h·ρ`` reported by each lane's last round (``NaN``: none yet); ``asym``
