@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import matplotlib
 import matplotlib.patches
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -65,8 +66,9 @@ LEGEND_LOCATIONS = ("upper right", "upper left", "lower left", "lower right", "c
 
 def covered(fig, *, samples: int = 8) -> list[tuple[str, int]]:
     """``(what, n)`` for every in-axes legend of ``fig`` that hides data: ``n`` sample points of the
-    axes' data lines (not ``axhline``/``axvline`` reference lines across the axes), markers and bar tops (each line segment sampled at ``samples`` points in display space, so a
-    curve crossing the box between two vertices counts too) fall inside the legend's box. Empty for
+    axes' data lines (not ``axhline``/``axvline`` reference lines across the axes), markers and
+    bar tops (each line segment sampled at ``samples`` points in display space, so a curve
+    crossing the box between two vertices counts too) fall inside the legend's box. Empty for
     a figure whose legends sit on empty space; figure-level legends (outside the axes) are not
     checked."""
     fig.canvas.draw()
@@ -150,8 +152,6 @@ def _widen(ax, leg, renderer, samples: int, headroom: float) -> bool:
 def _covered_points(ax, renderer, samples: int) -> int:
     """Sample points of the lines (``ax``'s and those of its twin axes), markers and bar tops of
     ``ax`` inside its legend's box (0 without a legend)."""
-    import numpy as np
-
     leg = ax.get_legend()
     if leg is None or not leg.get_visible():
         return 0
