@@ -64,7 +64,7 @@ def _stats(**counts):
 
 @pytest.mark.skipif(not _pinned.EXPORT_ACTIVE, reason="serialised solves are off on an untested jax (gradflow/_engine/_pinned.py)")
 def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp_path):
-    """Process 1 (empty cache) traces, exports, compiles and stores ``_first_round`` (program and
+    """Process 1 (empty cache) traces, exports, compiles and stores ``_fused_round`` (program and
     executable); process 2 loads the executable (no tracing, lowering or compilation) and gives
     bitwise the result of a process without any cache (the traced path); a new shape (n = 4)
     misses and is traced, stored and correct; without its executable the stored program is
@@ -78,7 +78,7 @@ def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp
     stats1, first = _run(tmp_path, cache, "first", "3:dopri8")
     assert stats1 == _stats(stored=1), stats1
     stored = sorted(os.listdir(cache / _export.FOLDER))
-    assert len(stored) == 2 and stored[0].startswith("first_round-") and stored[1] == stored[0] + ".xla", stored
+    assert len(stored) == 2 and stored[0].startswith("fused_round-") and stored[1] == stored[0] + ".xla", stored
 
     stats2, second = _run(tmp_path, cache, "second", "3:dopri8", "4:dopri8")
     assert stats2 == _stats(loaded=1, stored=1), stats2
@@ -153,26 +153,27 @@ def _simulate_key(**changes):
     from gradflow._engine.solvers import code_of
 
     args = dict(flow=value_softmax_flow(loss), fargs=(mdl, loss), params0=(V0[None], a0[None]), taus=jnp.zeros(10),
-                t1=np.asarray(1e6), rtol=np.asarray(1e-8), atol=np.asarray(1e-10), solver="dopri8", steps=512,
+                t1=np.asarray(1e6), rtol=np.asarray(1e-8), atol=np.asarray(1e-10), solver="dopri8", steps=64, cap=512,
                 batched=False, keep=9, lane=0)
     args.update(changes)
     code = code_of(args["solver"]) if isinstance(args["solver"], str) else args["solver"]
     settings = Settings(taus=args["taus"], t1=args["t1"], rtol=args["rtol"], atol=args["atol"], solver="auto",
                         max_steps=16384, keep=args["keep"], args_batched=args["batched"], lane=args["lane"])
-    arrays, static = _S.of(args["flow"], args["fargs"], args["params0"], settings, Round(solver=code, steps=args["steps"]))
-    return _export._key(_batch._first_round.__wrapped__, static, arrays)
+    arrays, static = _S.of(args["flow"], args["fargs"], args["params0"], settings, Round.of(code, args["steps"], args["cap"]))
+    return _export._key(_batch._fused_round.__wrapped__, static, arrays)
 
 
 def test_key_names_every_static_setting_and_refuses_what_it_cannot_name(monkeypatch):
-    """The key changes with the solver, the step budget, the number of save points, the shapes
-    and an engine constant changed at run time; it does not change with array values (traced);
+    """The key changes with the solver, the longest round (diffrax's ``max_steps``), the number of
+    save points, the shapes and an engine constant changed at run time; it does not change with
+    array values (traced: the save times, tolerances and a round's step budget);
     a lambda, a local function or a user's class in the static part is not exportable."""
     base = _simulate_key()
     assert base == _simulate_key()  # deterministic
     import jax.numpy as jnp
 
-    assert _simulate_key(taus=jnp.ones(10), rtol=np.asarray(1e-3)) == base  # values are traced, not keyed
-    for change in (dict(solver="tsit5"), dict(steps=256), dict(keep=8), dict(taus=jnp.zeros(11)),
+    assert _simulate_key(taus=jnp.ones(10), rtol=np.asarray(1e-3), steps=512) == base  # values are traced, not keyed
+    for change in (dict(solver="tsit5"), dict(cap=256), dict(keep=8), dict(taus=jnp.zeros(11)),
                    dict(params0=(np.zeros((1, 3, 4)), np.zeros((1, 4))))):
         assert _simulate_key(**change) != base, change
     monkeypatch.setattr(_batch, "UNROLL_LANES", 1)

@@ -45,14 +45,14 @@ def test_filter_jit_matches_equinox_and_retraces_only_on_static_changes():
     assert calls == ["mul"]
 
 
-def test_engine_first_round_bitwise_equal_to_equinox_filter_jit(monkeypatch):
+def test_engine_fused_round_bitwise_equal_to_equinox_filter_jit(monkeypatch):
     """The fused first round through ``_fastjit`` and through ``equinox.filter_jit`` of the same
     function: every array of the result equal bitwise. Control: another tolerance differs."""
     rng = np.random.RandomState(7)
     loss, V0, a0 = gradflow.LogisticTeacher(rng.randn(3)), 0.1 * rng.randn(3, 3), np.zeros(3)
     ts = np.geomspace(1e-2, 1e7, 7)  # a shape no other test compiles
     fast = gradflow.simulate(loss, V0, a0, t1=1e7, ts=ts)
-    monkeypatch.setattr(_batch, "_first_round", eqx.filter_jit(_batch._first_round.__wrapped__))
+    monkeypatch.setattr(_batch, "_fused_round", eqx.filter_jit(_batch._fused_round.__wrapped__))
     ref = gradflow.simulate(loss, V0, a0, t1=1e7, ts=ts)
     assert fast.status == ref.status == "ok" and fast.meta == ref.meta
     assert jax.tree.structure(fast) == jax.tree.structure(ref)

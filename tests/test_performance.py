@@ -166,8 +166,8 @@ def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         listed[mode] = out.stdout.split()
-    assert any(name.startswith("jit__first_round") for name in listed["cacheable"]), listed
-    assert not any(name.startswith("jit__first_round") for name in listed["control"]), listed
+    assert any(name.startswith("jit__fused_round") for name in listed["cacheable"]), listed
+    assert not any(name.startswith("jit__fused_round") for name in listed["control"]), listed
 
 
 @pytest.mark.slow  # default run kept under ~15 min on 2 cores
@@ -203,8 +203,8 @@ def test_first_round_chunks_concatenated_equal_one_solve(monkeypatch):
     whole = gradflow.simulate_batch(losses, V0s, a0s, t1=1e8, ts=np.geomspace(1e-2, 1e8, 9))
     monkeypatch.setattr(_batch, "LANES_PER_SOLVE", 2)
     calls = []
-    first = _batch._first_round
-    monkeypatch.setattr(_batch, "_first_round", lambda *a, **k: calls.append(jax.tree.leaves(a[2])[0].shape[0]) or first(*a, **k))
+    first = _batch._fused_round
+    monkeypatch.setattr(_batch, "_fused_round", lambda *a, **k: calls.append(jax.tree.leaves(a[2])[0].shape[0]) or first(*a, **k))
     chunked = gradflow.simulate_batch(losses, V0s, a0s, t1=1e8, ts=np.geomspace(1e-2, 1e8, 9))
     assert calls == [2, 2, 1] and chunked.status == whole.status == ["ok"] * 5
     np.testing.assert_array_equal(np.asarray(chunked.num_steps), np.asarray(whole.num_steps))

@@ -2,6 +2,7 @@
 Radau at tight tolerance, the detector against known spectra, and negative controls."""
 
 import importlib
+from types import SimpleNamespace
 
 import jax
 import jax.numpy as jnp
@@ -80,7 +81,8 @@ def test_phase_policy_switches_with_hysteresis():
 
 def _h_rho_at_end(loss, V0, a0, t1, steps):
     """``h·ρ`` (:func:`stiff.stiffness_ratio`) after one Dopri8 solve of at most ``steps`` steps
-    from t = 0 (the engine's own solve), and the solve's state."""
+    from t = 0 (the engine's own solve), and the solve's state, with ``reported``: the ``h·ρ``
+    that the engine's :func:`~gradflow._engine.solve.stiffness_of` hands the phase policy."""
     from gradflow._engine import solve as S
     from gradflow.models import prepare
 
@@ -92,7 +94,9 @@ def _h_rho_at_end(loss, V0, a0, t1, steps):
                        solver=code_of("dopri8"), max_steps=steps)
     tau = out.tau_end
     field = lambda z: S._log_time_rhs(tau, z, S.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10))
-    return float(stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps)), out
+    reported, _ = S.stiffness_of(flow, (mdl, loss), out.y_end, out.tau_end, out.tau_start, out.round_steps)
+    return float(stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps)), SimpleNamespace(
+        tau_end=out.tau_end, code=out.code, reported=reported)
 
 
 def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
@@ -103,7 +107,7 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     h_rho, out = _h_rho_at_end(loss, W0, a0, 1e5, stiff.EXPLICIT_ROUND)
     assert int(out.code) == int(S_status.max_steps)  # the round ended unfinished
     assert float(out.tau_end) < np.log1p(1e5) and h_rho > BOUNDARY_ON, h_rho
-    assert float(out.h_rho) == pytest.approx(h_rho, rel=1e-9)  # what the engine reports to the phase policy
+    assert float(out.reported) == pytest.approx(h_rho, rel=1e-9)  # what the engine reports to the phase policy
     rng = np.random.RandomState(123)
     V0, a0 = 0.1 * rng.randn(8, 8), 0.0 * rng.randn(8)
     bs = rng.randn(8)
@@ -319,16 +323,22 @@ def test_eigen_w_keeps_order_three_with_a_stale_jacobian():
 
 
 def _solvers_used(monkeypatch):
-    """Record the solver name of every round after the first (a spy on the engine's rounds)."""
+    """Record the solver name of every round (a spy on the engine's rounds: ``_fused_round``, every
+    lane of the run in one call, and ``_round``, part of a batch)."""
     from gradflow._engine import batch
 
-    used, orig = [], batch._round
+    used, orig, orig_fused = [], batch._round, batch._fused_round
 
     def spy(flow, fargs, state, pending, settings, rnd, devices):
         used.append(spec(rnd.solver).name)
         return orig(flow, fargs, state, pending, settings, rnd, devices)
 
+    def spy_fused(flow, fargs, params0, state, settings, rnd):
+        used.append(spec(rnd.solver).name)
+        return orig_fused(flow, fargs, params0, state, settings, rnd)
+
     monkeypatch.setattr(batch, "_round", spy)
+    monkeypatch.setattr(batch, "_fused_round", spy_fused)
     return used
 
 

@@ -3,17 +3,17 @@
 A single ``simulate`` of a small problem runs for 1–3 ms, and ``equinox.filter_jit`` spends about
 0.1 ms per call on the host (binding the signature, partitioning the arguments into arrays and
 static values twice, its error-handling wrapper) where a plain :func:`jax.jit` call with the same
-arrays spends about 15 µs (best of 2000 calls with ``_first_round``'s arguments, on the 2-core
+arrays spends about 15 µs (best of 2000 calls with ``_fused_round``'s arguments, on the 2-core
 development machine; ``benchmarks/costs.py`` reports ``simulate``'s host work). This wrapper partitions
 the arguments once (array leaves are traced; every other leaf is static, hashed together with the
 tree structure, as in equinox) and calls one :func:`jax.jit` whose compiled executables JAX keys
 by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on a cache hit,
 :func:`jax.clear_caches` and the persistent compilation cache apply to it as to any ``jax.jit``
-(the computation is named after the wrapped function, e.g. ``jit__first_round``). The traced
+(the computation is named after the wrapped function, e.g. ``jit__fused_round``). The traced
 program is the one ``equinox.filter_jit`` traces, so results are bitwise the same
 (``tests/test_fastjit.py``). Non-array outputs are returned as static values, as in equinox.
 
-``filter_jit(export=True)`` (the engine's ``_first_round``): with the persistent compilation cache
+``filter_jit(export=True)`` (the engine's ``_fused_round``): with the persistent compilation cache
 on, a new process loads the compiled solve stored beside the cache instead of tracing it
 (:mod:`gradflow._engine._export`).
 

@@ -115,7 +115,8 @@ def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
     lanes = leaves[0].shape[0]
     unrolled = lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
     fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus=settings.taus, rtol=settings.rtol, atol=settings.atol,
-                                            solver=rnd.solver, max_steps=rnd.steps, batched=unrolled)
+                                            solver=rnd.solver, max_steps=rnd.cap, budget=rnd.steps,
+                                            batched=unrolled)
     return _per_lane(fn, settings.args_batched, 2)(fargs, y0, tau0)
 
 
@@ -180,8 +181,8 @@ def _initial_state(y0, taus) -> SolveState:
         tau_steady=jnp.full((B,), jnp.inf, dtype),
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
-        h_rho=jnp.full((B,), jnp.nan, dtype),
-        asym=jnp.full((B,), jnp.nan, dtype),
+        tau_start=jnp.zeros((B,), dtype),
+        round_steps=jnp.zeros((B,), int),
     )
 
 
@@ -189,16 +190,23 @@ _export.register_output(SolveState)
 _export.register_output(Finished)
 
 
+@_fastjit.filter_jit
+def _start(flow, fargs, params0, settings: Settings) -> SolveState:
+    """The solve state of every lane of ``params0`` before its first round."""
+    return _initial_state(_initial_y(flow, fargs, params0, settings.args_batched), settings.taus)
+
+
 # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
 # cache on, stored as a serialised program that a new process loads instead of tracing it
 @_fastjit.filter_jit(export=True)
-def _first_round(flow, fargs, params0, settings: Settings, rnd: Round):
-    """The first round of every lane, fused with the set-up and the finish into one compiled
-    call: most runs end in their first round, and then this is the only dispatch of a solve
-    (per-call overhead matters next to a 37-step solve of a few milliseconds). Returns the
-    solve state (for further rounds if a lane is still running) and the finished result."""
+def _fused_round(flow, fargs, params0, state: SolveState, settings: Settings, rnd: Round):
+    """One round of every lane of ``state``, fused with the finish into one compiled call: most
+    runs end in their first round, and then this is the only dispatch of a solve (per-call
+    overhead matters next to a 37-step solve of a few milliseconds); a single run that goes on
+    runs every later round of the same solver through the same program (``rnd.steps`` is a
+    runtime value), whatever the round's length. Returns the solve state (for further rounds if
+    a lane is still running) and the finished result."""
     y0 = _initial_y(flow, fargs, params0, settings.args_batched)
-    state = _initial_state(y0, settings.taus)
     out = _solve_jit(flow, fargs, state.y_end, state.tau_end, settings, rnd)
     lanes = jnp.arange(state.code.shape[0])
     state = _merge(state, out, lanes, lanes)
@@ -212,9 +220,14 @@ def _bucket(k: int, B: int, n_dev: int) -> int:
     return -(-size // n_dev) * n_dev
 
 
+def _is_local(devices) -> bool:
+    """Whether ``devices`` is this process's first device alone (nothing to place or shard)."""
+    return len(devices) == 1 and devices[0] == jax.local_devices()[0]
+
+
 def _place(tree, devices):
     """Shard the array leaves of ``tree`` along their leading (lane) axis over ``devices``."""
-    if len(devices) == 1 and devices[0] == jax.local_devices()[0]:
+    if _is_local(devices):
         return tree
     mesh = jax.sharding.Mesh(np.asarray(devices), ("lanes",))
     sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("lanes"))
@@ -243,9 +256,32 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
         tau_steady=put(out.tau_steady, state.tau_steady),
         num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps),
         code=put(out.code, state.code),
-        h_rho=put(out.h_rho, state.h_rho),
-        asym=put(out.asym, state.asym),
+        tau_start=put(out.tau_start, state.tau_start),
+        round_steps=put(out.round_steps, state.round_steps),
     )
+
+
+@eqx.filter_jit
+def _stiffness_jit(flow, fargs, ends, args_batched: bool):
+    return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end), args_batched, 4)(fargs, *ends)
+
+
+def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
+    """``(h·ρ, asymmetry)`` of the lanes ``pending`` after their last round (NumPy ``(k,)``;
+    ``NaN`` unless ``flow.detect_stiffness``): :func:`gradflow._engine.solve.stiffness_of`, on a
+    bucket of lanes as in :func:`_round`."""
+    k = pending.size
+    if not flow.detect_stiffness:
+        return np.full(k, np.nan), np.full(k, np.nan)
+    B = state.code.shape[0]
+    size = _bucket(k, B, len(devices))
+    idx = np.concatenate([pending, np.full(size - k, pending[0])])
+    whole = size == B and k == B
+    ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
+    ends = ends if whole else _gather(ends, idx)
+    lane_args = fargs if not settings.args_batched or whole else _gather(fargs, idx)
+    h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
+    return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
 
 def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices):
@@ -273,7 +309,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Fini
     B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
     per_solve = LANES_PER_SOLVE * n_dev
     codes, left, _ = _stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), max_steps)
-    first = Round(solver=int(codes[0]), steps=int(min(ROUND_STEPS, left[0])))
+    first = Round.of(codes[0], min(ROUND_STEPS, left[0]), ROUND_STEPS)
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
     # power of two, every chunk to a multiple of the device count, by repeating the chunk's
     # first lane), each chunk one fused call (set-up, solve, finish). Most runs end here; their
@@ -289,7 +325,9 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Fini
         pick = (lambda x: x) if whole else (lambda x: _take(x, idx))
         chunk_args = _place(pick(fargs), devices) if args_batched else fargs
         chunk = settings if whole else settings.replace(lane=None)  # a lane is picked after joining
-        state_c, res_c = _first_round(flow, chunk_args, _place(pick(params0), devices), chunk, first)
+        chunk_params = _place(pick(params0), devices)
+        state_c, res_c = _fused_round(flow, chunk_args, chunk_params, _start(flow, chunk_args, chunk_params, chunk),
+                                      chunk, first)
         states.append(state_c)
         results.append(res_c)
         kept.append(real)
@@ -303,6 +341,8 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Fini
         res = join(results)
         return res if lane is None else jax.tree.map(lambda x: x[lane], res)
     state = join(states)
+    fused = results[0] if len(results) == 1 and whole else None  # the finished result, while it is current
+    local = _is_local(devices)  # arrays stay where they are (no sharding)
     del states, results  # only the joined state is needed from here on
     stiff = np.zeros(B, bool)  # each lane's phase under ``auto`` (True: implicit)
     n_params = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(params0))  # per lane
@@ -310,17 +350,22 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Fini
         pending = np.flatnonzero(np.asarray(state.code) == Status.max_steps)
         if pending.size == 0:
             break
+        h_rho, asym = _stiffness(flow, fargs, state, pending, settings, devices)
         codes, left, stiff[pending] = _stiff.phase_of_lanes(
-            settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending],
-            np.asarray(state.h_rho)[pending], np.asarray(state.asym)[pending], n_params)
+            settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], h_rho, asym, n_params)
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
+            if group.size == B and B <= per_solve and local:  # every lane in one call: as the first round
+                state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS))
+                continue
+            fused = None
             for lo in range(0, group.size, per_solve):
-                state = _round(flow, fargs, state, group[lo: lo + per_solve], settings, Round(solver=code, steps=n),
-                               devices)
+                state = _round(flow, fargs, state, group[lo: lo + per_solve], settings, Round.of(code, n, ROUND_STEPS), devices)
+    if fused is not None:
+        return fused  # the last round was fused with the finish: nothing ran since
     y0 = _initial_y_jit(flow, fargs, params0, args_batched)
     return _finish_jit(flow, fargs, state, y0, settings)
 

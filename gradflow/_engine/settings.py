@@ -58,12 +58,22 @@ class Settings:
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Round:
-    """One round of solves (static): ``solver`` the integer code of the solver every lane of the
-    round runs (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and ``steps`` the most steps
-    each may take in it."""
+    """One round of solves: ``solver`` (static) the integer code of the solver every lane of the
+    round runs (:data:`gradflow._engine.solvers.SOLVER_TABLE`); ``steps`` (traced, an integer
+    array) the most steps each may take in it, at most ``cap`` (static: diffrax's ``max_steps``,
+    :data:`gradflow._engine.batch.ROUND_STEPS`). Rounds of any length up to ``cap`` run the same
+    compiled program of their solver."""
 
     solver: int = dataclasses.field(**_static)
-    steps: int = dataclasses.field(**_static)
+    steps: Any
+    cap: int = dataclasses.field(**_static)
+
+    @classmethod
+    def of(cls, solver, steps, cap: int) -> Round:
+        """The round of solver code ``solver`` and ``steps ≤ cap`` steps (Python or NumPy integers)."""
+        if not 0 < steps <= cap:
+            raise ValueError(f"a round of {steps} steps, with at most {cap} allowed")
+        return cls(solver=int(solver), steps=np.asarray(steps, np.int64), cap=int(cap))
 
 
 def default_ts(t1: float, num: int = 400) -> np.ndarray:

@@ -29,7 +29,8 @@ from .._status import Status
 from .solvers import make_controller, make_solver
 from .stiff import asymmetry, stiffness_ratio
 
-__all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "rhs", "solve_lane"]
+__all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "rhs", "solve_lane",
+           "stiffness_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +45,9 @@ class Flow:
       while the flow still moves in log time by more than the tolerance); the later save points
       then hold the rest state and the quadratures continue as ``g(θ*)·(t − t_rest)``. ``False``:
       integrate to ``t1`` whatever happens (only a non-finite field stops the solve early).
-    - ``detect_stiffness``: the solve reports ``h·ρ`` and the Jacobian's asymmetry at its end
-      (``SolveState.h_rho``, ``asym``) for the phase policy of ``solver="auto"``
-      (:mod:`gradflow._engine.stiff`); ``False`` for a fixed solver.
+    - ``detect_stiffness``: after each round of a lane that goes on, the engine measures ``h·ρ``
+      and the Jacobian's asymmetry at its end (:func:`stiffness_of`) for the phase policy of
+      ``solver="auto"`` (:mod:`gradflow._engine.stiff`); ``False`` for a fixed solver.
     """
 
     field: Callable
@@ -226,12 +227,9 @@ class SolveState(eqx.Module):
     ``(T,)``: which save points the solve has reached; ``y_end``, ``tau_end``: the state and log
     time where it stopped (``tau_end = τ1`` after a rest stop); ``tau_steady``: log time of the
     rest stop (``inf`` if none); ``num_steps``: solver steps taken (accepted and rejected);
-    ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue"); ``h_rho``:
-    mean log-time step of the solve × spectral radius of the log-time Jacobian at ``y_end``
-    (:func:`gradflow._engine.stiff.stiffness_ratio`; ``NaN`` for flows without a finite
-    minimiser, whose ``auto`` does not switch); ``asym``: relative asymmetry of the Jacobian's
-    parameter block at ``y_end`` (:func:`gradflow._engine.stiff.asymmetry`; ``NaN`` likewise), which
-    picks the implicit solver of ``auto``."""
+    ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue");
+    ``tau_start`` and ``round_steps``: log time where the lane's last solve started and the steps
+    it took (what :func:`stiffness_of` measures the mean step from)."""
 
     ys: tuple
     reached: jax.Array
@@ -240,16 +238,17 @@ class SolveState(eqx.Module):
     tau_steady: jax.Array
     num_steps: jax.Array
     code: jax.Array
-    h_rho: jax.Array
-    asym: jax.Array
+    tau_start: jax.Array
+    round_steps: jax.Array
 
 
 def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, max_steps: int,
-               batched: bool = False) -> SolveState:
+               budget=None, batched: bool = False) -> SolveState:
     """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``, with
     the solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and at most
-    ``max_steps`` steps (``batched``: it is traced under ``vmap``,
-    :func:`gradflow._engine.solvers.make_solver`).
+    ``max_steps`` steps (a Python integer), or ``budget`` steps if given (an integer array
+    ``≤ max_steps``, a runtime value: :class:`gradflow._engine.solvers.StepBudget`); ``batched``:
+    it is traced under ``vmap`` (:func:`gradflow._engine.solvers.make_solver`).
 
     Save points before ``tau0`` are not computed here (``reached = False``). With
     ``flow.rest_stop`` the solve stops once the flow is at rest (:func:`at_rest`); the save points
@@ -267,7 +266,7 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
         dt0=None,
         y0=y0,
         args=FlowArgs(flow, fargs, rtol, atol),
-        stepsize_controller=make_controller(code, rtol, atol, dtmin),
+        stepsize_controller=make_controller(code, rtol, atol, dtmin, budget, tau1),
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
@@ -288,7 +287,6 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
         later = at_rest_ & (taus >= tau0) & ~reached
         ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, _continue_at_rest(flow, fargs, y_end, tau_end[0], taus))
         reached = reached | later
-    detect = flow.detect_stiffness
     return SolveState(
         ys=ys,
         reached=reached,
@@ -297,13 +295,9 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
         tau_steady=jnp.where(at_rest_, tau_end[0], jnp.inf),
         num_steps=sol.stats["num_steps"],
         code=code,
-        h_rho=_h_rho(flow, fargs, tau0, tau_end[0], y_end, sol.stats["num_steps"]) if detect else _nan(tau1),
-        asym=_asym(flow, fargs, tau_end[0], y_end) if detect else _nan(tau1),
+        tau_start=jnp.asarray(tau0, tau1.dtype),
+        round_steps=sol.stats["num_steps"],
     )
-
-
-def _nan(like):
-    return jnp.full((), jnp.nan, like.dtype)
 
 
 def _continue_at_rest(flow: Flow, fargs, y_rest, tau_rest, taus):
@@ -318,13 +312,17 @@ def _continue_at_rest(flow: Flow, fargs, y_rest, tau_rest, taus):
     return held, {k: quads[k] + rates[k] * dt for k in quads}
 
 
-def _h_rho(flow, fargs, tau0, tau_end, y_end, num_steps):
-    """``h·ρ`` of a finished solve for the ``auto`` phase policy."""
-    dtau = (tau_end - tau0) / jnp.maximum(num_steps, 1)
+def stiffness_of(flow: Flow, fargs, y_end, tau_end, tau_start, round_steps):
+    """``(h·ρ, asymmetry)`` of a lane's last solve, for the phase policy of ``solver="auto"``
+    (:func:`gradflow._engine.stiff.phase_of_lanes`): ``h`` the solve's mean log-time step, ``ρ``
+    the spectral radius of the log-time Jacobian at its end state
+    (:func:`gradflow._engine.stiff.stiffness_ratio`), and the relative asymmetry of the
+    Jacobian's parameter block there (:func:`gradflow._engine.stiff.asymmetry`), which picks the
+    implicit solver. A program of its own, run only for lanes that go on to another round: a
+    run that ends in its first round never compiles it.
+
+    **Arguments:** the lane's :class:`SolveState` fields ``y_end``, ``tau_end``, ``tau_start``,
+    ``round_steps``."""
     field = lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs))
-    return stiffness_ratio(field, y_end, dtau)
-
-
-def _asym(flow, fargs, tau_end, y_end):
-    """Asymmetry of the parameter block of the Jacobian at ``y_end``."""
-    return asymmetry(lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs)), y_end)
+    dtau = (tau_end - tau_start) / jnp.maximum(round_steps, 1)
+    return stiffness_ratio(field, y_end, dtau), asymmetry(field, y_end)

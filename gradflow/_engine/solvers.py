@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import diffrax
+import jax.numpy as jnp
 import numpy as np
 import optimistix as optx
 
@@ -18,8 +20,8 @@ from .._errors import bad_arg
 from . import rosenbrock
 from .erk import UnrolledDopri8
 
-__all__ = ["AUTO", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "spec", "code_of", "make_solver", "make_controller",
-           "resolve_solver"]
+__all__ = ["AUTO", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "StepBudget", "spec", "code_of", "make_solver",
+           "make_controller", "resolve_solver"]
 
 AUTO = "auto"
 """The phase policy (:mod:`gradflow._engine.stiff`): Dopri8 with stiffness detection, switching
@@ -158,17 +160,64 @@ def make_solver(code: int | np.integer, rtol=None, atol=None, batched: bool = Fa
     return spec(code).make(rtol, atol, batched)
 
 
-def make_controller(code: int | np.integer, rtol, atol, dtmin):
+def make_controller(code: int | np.integer, rtol, atol, dtmin, budget=None, tau1=None):
     """The step-size controller of code ``code``: a :class:`diffrax.PIDController` at ``rtol``,
-    ``atol`` that stalls (rather than forcing a step) below ``dtmin``."""
+    ``atol`` that stalls (rather than forcing a step) below ``dtmin``; with ``budget`` (an integer
+    array) it ends the solve after that many steps (:class:`StepBudget`, ``tau1`` the end of the
+    solve)."""
     stall = dict(dtmin=dtmin, force_dtmin=False)
     kind = spec(code).controller
     if kind == "pid":
-        return diffrax.PIDController(rtol=rtol, atol=atol, **stall)
-    pid = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
-    if kind == "hold":  # hold the step size while it would barely grow: its inverse is reused
-        return rosenbrock.HoldStep(pid, rosenbrock.HOLD_MAX)
-    return pid
+        ctrl = diffrax.PIDController(rtol=rtol, atol=atol, **stall)
+    else:
+        ctrl = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
+        if kind == "hold":  # hold the step size while it would barely grow: its inverse is reused
+            ctrl = rosenbrock.HoldStep(ctrl, rosenbrock.HOLD_MAX)
+    return ctrl if budget is None else StepBudget(ctrl, budget, tau1)
+
+
+class StepBudget(diffrax.AbstractAdaptiveStepSizeController):
+    """``inner``'s step-size control, and the solve ended (result ``max_steps_reached``) once
+    ``budget`` steps (accepted and rejected) are taken short of the end ``tau1``.
+
+    This is ``diffeqsolve``'s own ``max_steps`` as a runtime value: the solve ends after the same
+    step, in the same state and with the same result as under ``max_steps = budget`` (an event
+    that fires at that step still wins), while ``max_steps`` itself, which diffrax needs as a
+    Python integer, stays one constant (the longest round). So rounds of any length run one
+    compiled program per solver instead of one per length (the engine's first round is shorter
+    than the later ones)."""
+
+    inner: diffrax.AbstractAdaptiveStepSizeController
+    budget: Any
+    tau1: Any
+
+    @property
+    def rtol(self):
+        return self.inner.rtol
+
+    @property
+    def atol(self):
+        return self.inner.atol
+
+    @property
+    def norm(self):
+        return self.inner.norm
+
+    def wrap(self, direction):
+        return StepBudget(self.inner.wrap(direction), self.budget, self.tau1)
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return tnext, (state, jnp.zeros((), jnp.asarray(self.budget).dtype))
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        state, taken = controller_state
+        keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, state)
+        taken = taken + 1
+        spent = diffrax.is_okay(result) & (taken >= self.budget) & ~(keep & (next_t0 >= self.tau1))
+        result = diffrax.RESULTS.where(spent, diffrax.RESULTS.max_steps_reached, result)
+        return keep, next_t0, next_t1, made_jump, (state, taken), result
 
 
 def resolve_solver(solver: str) -> str:
