@@ -194,7 +194,7 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
     import gradflow
     from gradflow.internal import engine_batch
 
-    first = engine_batch._first_round
+    first = engine_batch._fused_round
     stored = {}
 
     def replay(*args):
@@ -205,7 +205,7 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
     def sim():
         return np.asarray(gradflow.simulate(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=atol).a)
 
-    engine_batch._first_round = replay
+    engine_batch._fused_round = replay
     try:
         sim()
         times = []
@@ -214,7 +214,7 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
             sim()
             times.append(time.perf_counter() - start)
     finally:
-        engine_batch._first_round = first
+        engine_batch._fused_round = first
     return float(np.min(times)) * 1e6
 
 

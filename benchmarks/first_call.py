@@ -12,8 +12,7 @@ hit). In that child, in this order (:func:`measure`):
    wall-clock until the result is on the host, with JAX's duration events
    (``jax.monitoring``: ``/jax/core/compile/jaxpr_trace_duration``, ``.../jaxpr_to_mlir_module_duration``,
    ``.../backend_compile_duration``) summed per compiled function; every compile of the engine's
-   ``_solve_jit`` (rounds after the first) is labelled with the solver and round length it was
-   compiled for;
+   round programs (``_fused_round``, ``_solve_jit``) is labelled with its solver;
 3. the warm call (the same call again; median of ``warm_repeats``);
 4. SciPy ``solve_ivp`` LSODA, BDF and Radau on the same flow in flow time: the field is a jitted
    ``-jax.grad`` of the loss flattened with ``jax.flatten_util.ravel_pytree``, ``jac`` a jitted
@@ -23,11 +22,10 @@ hit). In that child, in this order (:func:`measure`):
    one BLAS thread (as gradflow's implicit phase, ``benchmarks/stiff.py``);
 5. the error of every final state ``θ(t1)`` against a tight reference: SciPy Radau at rtol
    1e-12, atol 1e-14 on the same field (max-norm relative error ``‖θ − θ_ref‖∞ / ‖θ_ref‖∞``);
-6. with ``--ablate`` (the main row of a full run): the engine's round program
-   (``_solve_jit``, the first round's Dopri8 and round length, one lane) traced, lowered and compiled again from empty
-   caches three times: as ``auto`` runs it (stiffness detector and rest event), without the
-   stiffness detector, and without either (the non-finite event only); the differences are
-   what the detector and the rest event add to a compile.
+6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
+   round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
+   event and with the non-finite event only, and the stiffness detector (``_stiffness_jit``) on
+   its own: what the rest event adds to a compile, and what the detector costs when a run goes on.
 
 ``python -m benchmarks.first_call [--quick] [--only NAME]`` prints the Markdown and writes
 ``benchmarks/FIRST_CALL.md`` and ``benchmarks/FIRST_CALL.json``; ``python -m benchmarks``
@@ -166,8 +164,8 @@ class Recorder:
             name = str(kw.get("fun_name", "?"))
             if name.startswith("jit(") and name.endswith(")"):
                 name = name[4:-1]
-            if name == "_solve_jit" and self.tag:
-                name = f"_solve_jit [{self.tag}]"
+            if name in ("_solve_jit", "_fused_round") and self.tag:
+                name = f"{name} [{self.tag}]"
             self.rows.append((kind, name, float(duration)))
 
     def _event(self, event, **kw):
@@ -213,32 +211,40 @@ def recorder() -> Recorder:
 
 @contextlib.contextmanager
 def tagged_rounds(rec: Recorder, rounds: list):
-    """Label the engine's later-round compiles: while this is active, each call of
-    ``gradflow._engine.batch._solve_jit`` from the host (the rounds after the first; the first is
-    traced inside ``_first_round``) sets ``rec.tag`` to its solver name and round length and is
-    appended to ``rounds``. A thin wrapper around the engine's function, removed on exit (the engine
-    itself is not changed)."""
+    """Label the engine's round compiles: while this is active, each call of
+    ``gradflow._engine.batch._fused_round`` (a round of every lane fused with the finish: every
+    round of a single run) and of ``_solve_jit`` from the host (a round of some lanes of a batch)
+    sets ``rec.tag`` to its solver's name (one program per solver: the round's length is a runtime
+    value) and appends the round to ``rounds``. Thin wrappers around the engine's functions,
+    removed on exit (the engine itself is not changed)."""
     import jax
 
     from gradflow.internal import engine_batch as _batch, engine_stiff
 
-    orig = _batch._solve_jit
+    orig_fused, orig_solve = _batch._fused_round, _batch._solve_jit
 
-    def wrapper(flow, fargs, y0, tau0, settings, rnd):
-        tag = f"{engine_stiff.spec(rnd.solver).name}, {rnd.steps} steps"
-        inside = any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((y0, tau0)))  # traced in a jit
-        rounds.append(tag + (" (traced inside _first_round)" if inside else ""))
-        prev, rec.tag = rec.tag, tag
+    def tagged(fn, what, rnd):
+        name = engine_stiff.spec(rnd.solver).name
+        rounds.append(f"{name}, {int(rnd.steps)} steps{what}")
+        prev, rec.tag = rec.tag, name
         try:
-            return orig(flow, fargs, y0, tau0, settings, rnd)
+            return fn()
         finally:
             rec.tag = prev
 
-    _batch._solve_jit = wrapper
+    def fused(flow, fargs, params0, state, settings, rnd):
+        return tagged(lambda: orig_fused(flow, fargs, params0, state, settings, rnd), " (fused)", rnd)
+
+    def solve(flow, fargs, y0, tau0, settings, rnd):
+        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((y0, tau0))):  # traced in _fused_round
+            return orig_solve(flow, fargs, y0, tau0, settings, rnd)
+        return tagged(lambda: orig_solve(flow, fargs, y0, tau0, settings, rnd), "", rnd)
+
+    _batch._fused_round, _batch._solve_jit = fused, solve
     try:
         yield
     finally:
-        _batch._solve_jit = orig
+        _batch._fused_round, _batch._solve_jit = orig_fused, orig_solve
 
 
 # ----------------------------------------------------------------------------- one row, in a child
@@ -292,9 +298,10 @@ def _scipy_run(loss, params0, kwargs, t1, method, rtol, atol, rec: Recorder | No
 
 
 def _ablation(loss, params0, kwargs, sol) -> list[dict]:
-    """The round program (``_solve_jit``: the first round's solver and length, one lane) traced, lowered and compiled
-    from empty caches as ``auto`` runs it, without the stiffness detector, and without either the
-    detector or the rest event (then the non-finite event only); trace/lower/compile seconds of each."""
+    """The round's solve (``_solve_jit``: the first round's solver, one lane) traced, lowered and
+    compiled from empty caches as ``auto`` runs it (the rest event) and with the non-finite event
+    only, and the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
+    a lane goes on to a second round); trace/lower/compile seconds of each."""
     import jax
     import jax.numpy as jnp
 
@@ -310,20 +317,24 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     lanes = jax.tree.map(lambda x: np.asarray(x, np.float64)[None], params0)
     y0, tau0 = (lanes, {}), jnp.zeros((1,))
     codes, left, _ = engine_stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), settings.max_steps)
-    rnd = _batch.Round(solver=int(codes[0]), steps=int(min(_batch.ROUND_STEPS, left[0])))  # the first round's
+    rnd = _batch.Round.of(codes[0], min(_batch.ROUND_STEPS, left[0]), _batch.ROUND_STEPS)  # the first round's
     rec, out = recorder(), []
-    for label, rest_stop, detect in (("as auto runs it (stiffness detector + rest event)", True, True),
-                                     ("without the stiffness detector (rest event)", True, False),
-                                     ("without either (non-finite event only)", False, False)):
+    for label, rest_stop in (("the solve as auto runs it (rest event)", True),
+                             ("the solve without the rest event (non-finite event only)", False),
+                             ("the stiffness detector after a round (a program of its own)", None)):
         jax.clear_caches()
-        flow = engine_solve.Flow(field=NegGrad(loss, args is not None), rest_stop=rest_stop, detect_stiffness=detect)
+        flow = engine_solve.Flow(field=NegGrad(loss, args is not None), rest_stop=bool(rest_stop))
         with rec.recording(), _batch._pinned.cacheable():
             start = time.perf_counter()
-            res = _batch._solve_jit(flow, args, y0, tau0, settings.replace(lane=None), rnd)
+            if rest_stop is None:
+                ends = (y0, tau0 + 1.0, tau0, jnp.ones((1,), int))
+                res = _batch._stiffness_jit(flow, args, ends, False)
+            else:
+                res = _batch._solve_jit(flow, args, y0, tau0, settings.replace(lane=None), rnd)
             jax.block_until_ready(res)
             wall = time.perf_counter() - start
         tot = rec.totals()
-        out.append(dict(variant=label, solver=engine_stiff.spec(rnd.solver).name, steps=rnd.steps, wall_s=wall,
+        out.append(dict(variant=label, solver=engine_stiff.spec(rnd.solver).name, steps=int(rnd.steps), wall_s=wall,
                         **{f"{k}_s": v for k, v in tot.items()}))
     return out
 
@@ -438,11 +449,13 @@ BEGIN = "<!-- first call: begin (benchmarks/first_call.py) -->"
 END = "<!-- first call: end -->"
 
 KNOWN = {
-    "_first_round": "the first round, one program: set-up, Dopri8 round, rest event, stiffness detector, finish",
-    "_finish_all": "the finish after later rounds (save points, observables)",
-    "_merge": "writing a later round into the state",
+    "_fused_round": "a round of every lane fused with the finish (one program per solver, every round of a single run)",
+    "_stiffness_jit": "the stiffness detector after a round (h·ρ, asymmetry), only for lanes that go on",
+    "_start": "the initial solve state",
+    "_finish_all": "the finish after rounds of part of a batch (save points, observables)",
+    "_merge": "writing a round of part of a batch into the state",
     "_at_start": "the check of loss and gradient at params0",
-    "_initial_y": "the initial state after later rounds",
+    "_initial_y": "the initial state after rounds of part of a batch",
 }
 
 
@@ -496,7 +509,7 @@ def breakdown(row) -> str:
                 rest[k] += f[k]
             rest["n"] += 1
             continue
-        what = KNOWN.get(base, "a later round of this solver" if base == "_solve_jit" else "")
+        what = KNOWN.get(base, "a round of part of a batch" if base == "_solve_jit" else "")
         name = f"`{f['function']}`" + (f": {what}" if what else "")
         L.append(f"| {name} | {f['compiles']} | {f['trace']:.2f} | {f['lower']:.2f} | {f['compile']:.2f} | "
                  f"{f['total']:.2f} | {100 * f['total'] / first:.0f}% |")
@@ -511,31 +524,28 @@ def breakdown(row) -> str:
     if row.get("ablation"):
         a = row["ablation"]
         tot = [x["trace_s"] + x["lower_s"] + x["compile_s"] for x in a]
-        L += ["", f"The round program (`_solve_jit`, {a[0]['solver']}, {a[0]['steps']} steps, one lane: the solve of the "
-              "first round) compiled again from empty caches, three ways (trace + lower + XLA compile, seconds):", "",
-              "| variant | trace | lower | XLA compile | total |", "|---|---|---|---|---|"]
+        L += ["", f"The round's solve (`_solve_jit`, {a[0]['solver']}, one lane) and the stiffness detector compiled "
+              "again, each from empty caches (trace + lower + XLA compile, seconds):", "",
+              "| program | trace | lower | XLA compile | total |", "|---|---|---|---|---|"]
         for x, t in zip(a, tot):
             L.append(f"| {x['variant']} | {x['trace_s']:.2f} | {x['lower_s']:.2f} | {x['compile_s']:.2f} | {t:.2f} |")
-        L += ["", f"The stiffness detector adds {tot[0] - tot[1]:.2f} s to this compile, the rest event "
-              f"{tot[1] - tot[2]:.2f} s over the non-finite event; Dopri8 with the non-finite event alone costs {tot[2]:.2f} s."]
+        if len(a) == 3:
+            L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile over the non-finite event; "
+                  f"the stiffness detector, a program of its own, costs {tot[2]:.2f} s and is compiled only when a lane "
+                  "goes on to a second round."]
     return "\n".join(L)
 
 
 def notes(rows) -> str:
-    """What the rounds say: which solver programs beyond the fused first round each first call compiled."""
+    """What the rounds say: which solve programs (one per solver) each first call compiled."""
     out = []
     for r in rows:
-        first = r["rounds"][0].split(" (")[0] if r["rounds"] else "?"
-        later = sorted({f["function"][len("_solve_jit ["):-1] for f in r["functions"]
-                        if f["function"].startswith("_solve_jit [")})
-        if later:
-            out.append(f"{r['problem']} ({r['steps']} steps) compiled {len(later)} more solve program(s) after the "
-                       f"first round ({first}): {'; '.join(later)}")
-        else:
-            out.append(f"{r['problem']} ({r['steps']} steps) ended in the first round ({first}): one solve program")
-    return ("Solve programs per first call (each solver and round length is its own compiled program; under "
-            "`auto` the first round is fused with set-up, stiffness detector and finish into `_first_round`): "
-            + "; ".join(out) + ".")
+        progs = sorted({f["function"].split(" [")[1][:-1] for f in r["functions"]
+                        if f["function"].startswith(("_fused_round [", "_solve_jit ["))})
+        out.append(f"{r['problem']} ({r['steps']} steps in {len(r['rounds'])} round(s)): "
+                   f"{len(progs)} solve program(s) ({', '.join(progs) or '?'})")
+    return ("Solve programs per first call (one compiled program per solver, fused with set-up and finish; every "
+            "round of a single run, whatever its length, runs its solver's program): " + "; ".join(out) + ".")
 
 
 def report(res: dict, cmd: str = "python -m benchmarks.first_call") -> str:
@@ -558,8 +568,7 @@ def report(res: dict, cmd: str = "python -m benchmarks.first_call") -> str:
          "### Where gradflow's first call goes", "",
          "From JAX's duration events (`jax.monitoring`: `/jax/core/compile/jaxpr_trace_duration`, "
          "`jaxpr_to_mlir_module_duration`, `backend_compile_duration`) per compiled function; a jit traced inside "
-         "another is counted in the outer one. Later rounds' `_solve_jit` compiles are labelled with the solver and "
-         "round length they were compiled for (each pair is its own program).", ""]
+         "another is counted in the outer one. Round programs are labelled with their solver.", ""]
     for r in rows:
         L += [breakdown(r), ""]
     main = next((r for r in rows if r["main"]), None)

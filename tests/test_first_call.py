@@ -17,10 +17,10 @@ def _row(problem, first, lsoda, main=False):
              for m, t in (("LSODA", lsoda), ("BDF", 2 * lsoda), ("Radau", 3 * lsoda))]
     return dict(problem=problem, label="a test row", main=main, t1=1e6, states=75, rtol=1e-8, atol=1e-10,
                 import_s=2.0, jax_init_s=0.2, first_s=first, warm_s=0.3, warm_repeats=3, status="ok", steps=800,
-                t_steady=170.0, rounds=["dopri8, 64 steps (traced inside _first_round)", "rodas4, 512 steps"],
+                t_steady=170.0, rounds=["dopri8, 64 steps (fused)", "rodas4, 512 steps (fused)"],
                 first_error=3e-10, warm_same_as_first=True,
                 first_breakdown=dict(trace=0.1 * first, lower=0.05 * first, compile=0.8 * first),
-                functions=[fn("_first_round", 0.4 * first), fn("_solve_jit [rodas4, 512 steps]", 0.5 * first),
+                functions=[fn("_fused_round [dopri8]", 0.4 * first), fn("_fused_round [rodas4]", 0.5 * first),
                            fn("convert_element_type", 0.001)],
                 scipy=scipy, reference=dict(method="SciPy Radau"), ablation=None, cache={})
 
@@ -35,7 +35,8 @@ def test_report_from_given_numbers(tmp_path, first, lsoda, met):
     assert out.read_text() == text and json.loads((tmp_path / "FIRST_CALL.json").read_text()) == res
     table = [line for line in text.splitlines() if line.startswith("| deep-linear-75")]
     assert len(table) == 1 and f"| {first:.2f} |" in table[0] and f"| {first / lsoda:.1f}× |" in table[0], table
-    assert "`_solve_jit [rodas4, 512 steps]`" in text and "1 others" in text
+    assert "`_fused_round [rodas4]`" in text and "1 others" in text
+    assert "deep-linear-75 (800 steps in 2 round(s)): 2 solve program(s) (dopri8, rodas4)" in text
     line = next(line for line in text.splitlines() if line.startswith("**Targets**"))
     assert f"≤ 3 s: {met[0]}" in line and f"LSODA's total: {met[1]}" in line, line
     # the section in RESULTS.md goes before the stiff section and replaces itself on a second run
@@ -47,12 +48,14 @@ def test_report_from_given_numbers(tmp_path, first, lsoda, met):
 
 def test_scalar_row_in_process_agrees_with_the_reference():
     """The two-parameter row measured in this process: gradflow's and LSODA's ``θ(t1)`` within
-    their tolerance of SciPy Radau at rtol 1e-12; the breakdown names the fused first round."""
+    their tolerance of SciPy Radau at rtol 1e-12; the breakdown names the fused round program of
+    Dopri8, and the run (28 steps) never compiled the stiffness detector."""
     res = fc.measure("scalar-2", warm_repeats=1, scipy_methods=("LSODA",))
     assert res["status"] == "ok" and res["warm_same_as_first"]
     assert res["first_error"] < 1e-6 and res["scipy"][0]["error"] < 1e-6, res
-    assert res["rounds"][0].endswith("(traced inside _first_round)"), res["rounds"]
-    assert any(f["function"] == "_first_round" for f in res["functions"]), res["functions"]
+    assert res["rounds"] == ["dopri8, 64 steps (fused)"], res["rounds"]
+    names = [f["function"] for f in res["functions"]]
+    assert "_fused_round [dopri8]" in names and "_stiffness_jit" not in names, names
 
 
 @pytest.mark.slow  # the deep linear net's first call compiles three solver programs: ~1 min on 2 cores
