@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.pages`` rewrites the generated blocks of ``README.md`` and ``docs/*.md``
 from the measurements committed beside this file: ``RESULTS.json`` (``python -m benchmarks``),
-``COSTS.json`` (``python -m benchmarks.costs``) and ``COMMANDS.json`` (the wall times of the
-project's commands, measured by hand). A block is the text between
+``COSTS.json`` (``python -m benchmarks.costs``), ``COMMANDS.json`` (the wall times of the
+project's commands, measured by hand) and, where present, the reports of :data:`OPTIONAL`. A block is the text between
 
     <!-- generated:NAME -->
     ...
@@ -41,7 +41,17 @@ def load(folder: str = HERE) -> dict:
     for key, name in (("results", "RESULTS.json"), ("costs", "COSTS.json"), ("commands", "COMMANDS.json")):
         with open(os.path.join(folder, name)) as fh:
             out[key] = json.load(fh)
+    for key, name in OPTIONAL:  # a row of the headline each, left out while the file is absent
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path) as fh:
+                out[key] = json.load(fh)
     return out
+
+
+OPTIONAL = (("first_call", "FIRST_CALL.json"), ("scale", "SCALE.json"), ("large", "LARGE_MODELS.json"))
+"""Reports of their own benchmark modules (``python -m benchmarks.first_call``, ``python -m
+benchmarks.stiff --scale …``, ``python -m benchmarks.large_models``) that the headline also reads."""
 
 
 def _verdict(ok: bool) -> str:
@@ -149,12 +159,47 @@ def headline(d: dict) -> str:
                  f"≤ 400 steps: {_verdict(all(r['steps'] <= 400 for r in auto))}; ≥ 5×: "
                  + (_verdict(True) if not below else f"met except {', '.join(below)}" if len(below) < len(auto)
                     else _verdict(False))))
+    rows += _first_call_rows(d) + _scale_rows(d)
     head = (f"Measured by `python -m benchmarks` (revision {m.get('git revision', '?')}, {m.get('cores', '?')} cores, "
             f"load average {m.get('load average (1 min) at start', float('nan')):.1f} at start) and `python -m "
             f"benchmarks.costs` (load average {costs.get('load', float('nan')):.1f}); millisecond timings move by up to "
             "±40 % between runs of the same code on a shared machine, so read the ratios as ranges.\n\n"
             "| what | measured | target |\n|---|---|---|\n")
     return head + "".join(f"| {a} | {b} | {c} |\n" for a, b, c in rows)
+
+
+def _first_call_rows(d: dict) -> list[tuple[str, str, str]]:
+    """The first call of a new model (``FIRST_CALL.json``): its main row against SciPy LSODA."""
+    fc = d.get("first_call")
+    main = next((r for r in fc["rows"] if r.get("main")), None) if fc else None
+    if main is None:
+        return []
+    lsoda = next(s["total_s"] for s in main["scipy"] if s["method"] == "LSODA")
+    first = main["first_s"]
+    return [(f"a new model's first call: {main['label']} ({main['states']} parameters), `integrate` to "
+             f"t1 = {_e(main['t1'])} in a fresh process (`python -m benchmarks.first_call`, {fc['measured']})",
+             f"**{first:.1f} s** (warm {main['warm_s']:.2f} s), SciPy LSODA {lsoda:.2f} s with its jit: "
+             f"**{first / lsoda:.0f}×**",
+             f"≤ 3 s and ≤ 3× LSODA: {_verdict(first <= 3 and first / lsoda <= 3)}")]
+
+
+def _scale_rows(d: dict) -> list[tuple[str, str, str]]:
+    """Stiff flows without a dense factorisation (``SCALE.json``): the Krylov path's warm time,
+    memory and cost exponent, against the targets at d = 64 and d = 128."""
+    rows = [r for r in d.get("scale") or [] if r["solver"] == "rodas4-krylov" and r["status"] == "ok"]
+    by_d = {r["d"]: r for r in rows}
+    if 64 not in by_d or 128 not in by_d or 20 not in by_d:
+        return []
+    a, b = by_d[20], by_d[128]
+    import math
+
+    slope = math.log(b["warm_s"] / a["warm_s"]) / math.log(b["n"] / a["n"])
+    ok = by_d[64]["warm_s"] <= 5 and b["warm_s"] <= 60 and b["rss_mib"] <= 1024 and slope <= 1.5
+    return [(f"stiff square loss κ = 5, t1 = 1e6, without a dense factorisation (`rodas4-krylov`), "
+             f"{by_d[64]['n']} and {b['n']} states",
+             f"warm **{by_d[64]['warm_s']:.2f} s** and **{b['warm_s']:.2f} s**, {b['rss_mib']:.0f} MiB above import at "
+             f"{b['n']} states; warm time ∝ n^{slope:.2f} from {a['n']} states",
+             f"≤ 5 s, ≤ 60 s, ≤ 1 GiB, exponent ≤ 1.5: {_verdict(ok)}")]
 
 
 def stiff(d: dict) -> str:

@@ -23,8 +23,9 @@ def _copy(tmp_path) -> pathlib.Path:
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / page, tmp_path / page)
     (tmp_path / "benchmarks").mkdir(exist_ok=True)
-    for name in ("RESULTS.json", "COSTS.json", "COMMANDS.json"):
-        shutil.copy(ROOT / "benchmarks" / name, tmp_path / "benchmarks" / name)
+    for name in ("RESULTS.json", "COSTS.json", "COMMANDS.json", *(n for _, n in pages.OPTIONAL)):
+        if (ROOT / "benchmarks" / name).exists():
+            shutil.copy(ROOT / "benchmarks" / name, tmp_path / "benchmarks" / name)
     return tmp_path
 
 
