@@ -258,6 +258,41 @@ def test_blas_threads_limits_only_implicit_solves():
         assert blas() == before
 
 
+def test_auto_limits_blas_threads_from_its_first_implicit_round_only(monkeypatch):
+    """Under ``auto`` the BLAS threads are limited while the implicit rounds run (each round sees
+    one thread) and not before: an explicit round of the same run, and a run that stays explicit
+    (the logistic teacher, negative control), see the default; the default is back after the run."""
+    import threadpoolctl
+
+    from gradflow._engine import batch
+
+    def blas():
+        return tuple(p["num_threads"] for p in threadpoolctl.threadpool_info() if p["user_api"] == "blas")
+
+    seen, orig = [], batch._fused_round
+
+    def spy(flow, fargs, params0, state, settings, rnd):
+        seen.append((spec(rnd.solver).name, blas()))
+        return orig(flow, fargs, params0, state, settings, rnd)
+
+    monkeypatch.setattr(batch, "_fused_round", spy)
+    stiff._threadpools()  # SciPy's OpenBLAS loaded, as the engine loads it
+    default = blas()
+    assert default, "no BLAS library found"
+    if set(default) == {stiff.BLAS_THREADS}:
+        pytest.skip("BLAS already runs one thread here (one core): the limit cannot be seen")
+    W0, a0, _, _, loss = _square_draw(20, 4)
+    assert gradflow.simulate(loss, W0, a0, t1=1e5).status == "ok"
+    implicit = [b for name, b in seen if spec(name).implicit]
+    assert implicit and all(set(b) == {stiff.BLAS_THREADS} for b in implicit), seen
+    assert seen[0] == ("dopri8", default) and blas() == default
+    seen.clear()
+    rng = np.random.RandomState(0)
+    teacher = gradflow.LogisticTeacher(rng.randn(4) / 2)
+    assert gradflow.simulate(teacher, 0.1 * rng.randn(4, 4), np.zeros(4), t1=1e6).status == "ok"
+    assert seen and all(b == default for _, b in seen), seen
+
+
 # --- ROS34PW2 with a symmetric eigendecomposition (the implicit phase of ``auto`` for gradient flows)
 
 

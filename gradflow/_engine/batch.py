@@ -10,6 +10,7 @@ along their leading axis.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 
 import equinox as eqx
@@ -22,6 +23,7 @@ from . import _export, _fastjit, _pinned
 from . import solve as _solve
 from . import stiff as _stiff
 from .settings import Round, Settings
+from .solvers import spec
 from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
 
 __all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "UNROLL_LANES", "UNROLL_STATE", "run", "check_devices"]
@@ -300,16 +302,18 @@ def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices)
     return _merge(state, out, idx, dest)
 
 
-def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Finished:
+def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=lambda code: None) -> Finished:
     """Solve ``B`` lanes (leading axis of every leaf of ``params0``) in rounds
     (:data:`ROUND_STEPS`), each lane's solver per round from
     :func:`gradflow._engine.stiff.phase_of_lanes`, then finish (the first ``settings.keep`` save
-    points; lane ``settings.lane`` only, if given)."""
+    points; lane ``settings.lane`` only, if given). ``before(code)`` is called before each round
+    with its solver's code."""
     args_batched, lane, max_steps = settings.args_batched, settings.lane, settings.max_steps
     B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
     per_solve = LANES_PER_SOLVE * n_dev
     codes, left, _ = _stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), max_steps)
     first = Round.of(codes[0], min(ROUND_STEPS, left[0]), ROUND_STEPS)
+    before(first.solver)
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
     # power of two, every chunk to a multiple of the device count, by repeating the chunk's
     # first lane), each chunk one fused call (set-up, solve, finish). Most runs end here; their
@@ -358,6 +362,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices) -> Fini
             break  # every unfinished lane has spent its budget: status max_steps
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
+            before(code)
             if group.size == B and B <= per_solve and local:  # every lane in one call: as the first round
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS))
                 continue
@@ -378,9 +383,17 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`
     (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
 
-    Solves are traced as in :func:`gradflow._engine._pinned.cacheable`."""
-    with _pinned.cacheable(), _stiff.blas_threads(settings.solver):
-        return _run_rounds(flow, fargs, params0, settings, devices)
+    Solves are traced as in :func:`gradflow._engine._pinned.cacheable`; BLAS runs with
+    :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays
+    explicit, as most do, never touches the thread pools: ~0.05 ms a call)."""
+    with _pinned.cacheable(), contextlib.ExitStack() as stack:
+        def before(code):
+            if spec(code).implicit and not limited:
+                stack.enter_context(_stiff.blas_threads(spec(code).name))
+                limited.append(code)
+
+        limited = []
+        return _run_rounds(flow, fargs, params0, settings, devices, before)
 
 
 def check_devices(devices) -> list:
