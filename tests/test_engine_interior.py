@@ -176,3 +176,52 @@ def test_library_internals_are_version_guarded(monkeypatch, tmp_path):
     original = eqx_errors.branched_error_if_impl_jit
     with _pinned.cacheable():
         assert eqx_errors.branched_error_if_impl_jit is original
+
+
+@pytest.mark.parametrize("solver", ["dopri8", "rodas4"])
+def test_step_budget_ends_a_solve_as_diffrax_max_steps_does(solver):
+    """:class:`solvers.StepBudget` (a round's step budget as a runtime value, ``max_steps`` fixed
+    at the longest round) against diffrax's own ``max_steps``: the solve of ``y' = −y(1 + y²)``
+    (``y(0) = 2``; at rest at 0, so the rest stop is not what ends it) with a budget of ``k``
+    steps under ``max_steps = 4096`` ends in the same state, log time, step count and status as
+    the solve with ``max_steps = k``, for budgets that end it early and one that does not; the
+    same compiled program serves every budget. Control: without the budget the solve runs on."""
+    import jax
+    import jax.numpy as jnp
+
+    from gradflow._engine import solve as _solve
+
+    flow = _solve.Flow(field=lambda y, _: -y * (1.0 + y * y), detect_stiffness=False)
+    taus = jnp.log1p(jnp.asarray([0.0, 1.0, 1e3]))
+    code = solvers.code_of(solver)
+    kw = dict(taus=taus, rtol=jnp.asarray(1e-10), atol=jnp.asarray(1e-12), solver=code)
+    traces = []
+
+    @jax.jit
+    def budgeted(budget):
+        traces.append(1)
+        return _solve.solve_lane(flow, None, (jnp.full(1, 2.0), {}), jnp.zeros(()), max_steps=4096, budget=budget, **kw)
+
+    full = _solve.solve_lane(flow, None, (jnp.full(1, 2.0), {}), jnp.zeros(()), max_steps=4096, **kw)
+    assert int(full.code) == int(_solve.Status.ok) and 12 < int(full.num_steps) < 4096
+    for k in (3, 12, 4096):
+        got = budgeted(jnp.asarray(k))
+        want = jax.jit(lambda: _solve.solve_lane(flow, None, (jnp.full(1, 2.0), {}), jnp.zeros(()), max_steps=k,
+                                                 **kw))()
+        assert (int(got.num_steps), int(got.code)) == (int(want.num_steps), int(want.code)), k
+        # the same steps; the two programs are compiled apart (XLA may order a sum differently)
+        np.testing.assert_allclose(float(got.tau_end), float(want.tau_end), rtol=1e-12, atol=0)
+        np.testing.assert_allclose(np.asarray(got.y_end[0]), np.asarray(want.y_end[0]), rtol=1e-10, atol=0)
+    assert int(budgeted(jnp.asarray(3)).code) == int(_solve.Status.max_steps)
+    assert len(traces) == 1
+    assert int(full.num_steps) > 3  # control: without the budget the same solve goes on
+
+
+def test_round_of_refuses_a_round_longer_than_its_cap():
+    """``Round.of``: a round of ``0 < steps ≤ cap`` steps; the step count is an array (traced),
+    the solver and cap static; anything else is refused."""
+    r = S.Round.of(np.int64(3), 64, 512)
+    assert r.solver == 3 and r.cap == 512 and int(r.steps) == 64 and np.asarray(r.steps).dtype == np.int64
+    for bad in (0, 513):
+        with pytest.raises(ValueError, match="round of"):
+            S.Round.of(3, bad, 512)
