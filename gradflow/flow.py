@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, ArrayLike, Float
 
 from . import maps as _maps
+from ._errors import bad_arg
 from .losses import AbstractLoss
 from .models import AbstractModel
 
@@ -34,6 +35,8 @@ def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array)
     ~37 in float64). At the kinks of ``relu`` and ``sparsemax`` autodiff already gives the
     Filippov field, the limit of gradient descent (:data:`KINKED_MAPS`).
     """
+    if _logits_move(model) and any(_plain_map(model, name) for name in KINKED_MAPS):
+        return _kink_sliding_field(model, loss, V, a)
     if _plain_map(model, "l1"):
         return _l1_sliding_field(model, loss, V, a)
     if not _plain_softmax(model):
@@ -58,6 +61,13 @@ def _plain_map(model: AbstractModel, name: str) -> bool:
     base class defines it."""
     cls = type(model)
     return model.normalization == name and cls.weights is AbstractModel.weights and cls.loss is AbstractModel.loss
+
+
+def _logits_move(model: AbstractModel) -> bool:
+    """Whether the model's logits are a function of more than ``a`` (it overrides ``logits``, as
+    the tied model's ``z = U a`` does): a logit held at its kink then needs the other
+    parameters' motion accounted for (:func:`_kink_sliding_field`)."""
+    return type(model).logits is not AbstractModel.logits
 
 
 KINK_BAND = 1e-9
@@ -116,6 +126,141 @@ def _l1_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Arr
     gz = jnp.where(at_kink & (gm > 0), 0.0, side * gm) / model.temperature
     gV_logits, ga = logits_vjp(gz.astype(z.dtype))
     return -(gV + gV_logits).astype(V.dtype), -ga
+
+
+SLIDING_BAND = 1e-6
+
+SLIDING_RESTORE = 1.0
+
+SLIDING_ITERATIONS = 8
+"""Active-set iterations of :func:`_kink_sliding_field` (each one ``n × n`` solve); a set of
+sliding logits it has not settled in this many gives a ``NaN`` field (status ``nonfinite``)."""
+
+
+def _kink_sides(name: str, zt: Array, gs: Array, band: float):
+    """One kinked map's pieces at the logits ``zt`` (shape ``(n,)``) with ``gs = ∂ℓ/∂s``:
+    ``(h, gz0, c, u)``, each of shape ``(n,)``.
+
+    ``h`` is the signed distance to the kink (positive on the side where the logit's weight
+    moves with it: relu ``z_i``, sparsemax ``z_i − τ``, l1 ``z_i``); a logit with ``|h_i| ≤ band``
+    is at its kink. ``gz0 = ∂L/∂z`` with every logit at its kink on the other side
+    (``relu'(0) = 0``: outside; l1: the negative side), ``c_i`` the jump of ``∂L/∂z`` when
+    kinked logit ``i`` alone goes to the positive side, along ``e_i − u·1_{u>0}`` (``u = 0``
+    except sparsemax, ``1_{S0}/|S0|`` on the strict support ``S0``: the threshold moves with the
+    support). ``c_i > 0`` is a convex kink (``L ≈ c_i·relu(h_i)`` nearby, or ``c_i/2·|h_i|``
+    for l1), where the flow can slide; ``c_i ≤ 0`` a concave one, which it never slides along."""
+    n = zt.shape[-1]
+    zero = jnp.zeros_like(zt)
+    if name == "relu":
+        p = jax.nn.relu(zt)
+        s = p / jnp.sum(p)
+        inside_grad = (gs - jnp.sum(s * gs)) / jnp.sum(p)
+        h = zt
+        kinked = jnp.abs(h) <= band * jnp.max(jnp.abs(h))
+        return h, jnp.where(kinked | (h < 0), 0.0, inside_grad), jnp.where(kinked, inside_grad, 0.0), zero
+    if name == "l1":  # s = |z|/Σ|z|; gm = ∂L/∂|z|
+        m = jnp.abs(zt)
+        gm = (gs - jnp.sum(m * gs) / jnp.sum(m)) / jnp.sum(m)
+        h = zt
+        kinked = m <= band * jnp.max(m)
+        side = jnp.where(kinked | (h < 0), -1.0, 1.0).astype(zt.dtype)
+        return h, side * gm, jnp.where(kinked, 2.0 * gm, 0.0), zero
+    # sparsemax: s = relu(z − τ), τ = (Σ_support z − 1)/|support|
+    s = _maps.sparsemax(zt)
+    on = s > 0
+    tau = (jnp.sum(jnp.where(on, zt, 0.0)) - 1.0) / jnp.sum(on)
+    h = zt - tau
+    kinked = jnp.abs(h) <= band * jnp.max(jnp.abs(h))
+    strict = (h > 0) & ~kinked
+    k0 = jnp.sum(strict).astype(zt.dtype)
+    m0 = jnp.sum(jnp.where(strict, gs, 0.0)) / k0
+    gz0 = jnp.where(strict, gs - m0, 0.0)
+    c = jnp.where(kinked, k0 / (k0 + 1.0) * (gs - m0), 0.0)
+    return h, gz0, c, jnp.where(strict, 1.0 / k0, 0.0)
+
+
+def _kink_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
+    """``−∇L`` for a kinked map (:data:`KINKED_MAPS`) whose logits ``z = logits(V, a)/T`` depend
+    on more than ``a`` (the tied model ``z = U a``), with Filippov sliding at the kinks.
+
+    **Arguments:** ``V`` and ``a`` as the model takes them (tied: ``U`` of shape ``(D, D)``,
+    ``a`` of shape ``(D,)``, float64); the logits must be one vector ``(n,)``.
+    **Returns:** ``(dV/dt, da/dt)``, shapes and dtypes of ``V`` and ``a``.
+
+    The rule. Near a point where the logits in ``I`` sit at their kinks (:data:`KINK_BAND`,
+    relative to the largest ``|h|`` of :func:`_kink_sides`), ``L`` is smooth on each side of each
+    kink, and the Filippov set of ``−∇L`` is the convex hull of the one-sided gradients. For a
+    gradient flow a Filippov solution moves with the *smallest* element of that set (the
+    subgradient flow's chain rule, Davis–Drusvyatskiy–Kakade–Lee 2020, Lemma 5.2, for tame
+    ``L``). The one-sided cotangents are ``∂L/∂z = gz0 + Σ_{i∈I} σ_i c_i (e_i − u)`` with
+    ``σ ∈ {0, 1}^I`` (for relu and l1 exactly, all sides being independent; for sparsemax exactly
+    when ``|I| = 1``, otherwise ``σ ∈ [0, 1]^I`` spans the parallelotope on its ``|I| + 1``
+    vertices ``gz0``, ``gz0 + c_i(e_i − u)``), so with ``w = σ ⊙ c``, ``J = ∂z/∂(V, a)`` and
+    ``K = (I − 1uᵀ) J Jᵀ (I − u1ᵀ)`` the kink velocities are ``ḣ(w) = ḣ(0) − K w``, and
+    ``½‖field‖²`` has gradient ``−c ⊙ ḣ`` in ``σ``. Its minimiser over the box satisfies, for each
+    convex kink (``c_i > 0``): ``ḣ_i = 0`` with ``0 < σ_i < 1`` (the logit *slides*: the field
+    points towards the kink from both sides), or ``σ_i = 0`` with ``ḣ_i ≤ 0`` (it leaves to, or
+    stays on, the outside), or ``σ_i = 1`` with ``ḣ_i ≥ 0`` (to the inside). It is found by a
+    primal–dual active-set iteration (:data:`SLIDING_ITERATIONS` masked ``n × n`` solves, fixed
+    shapes). A concave kink (``c_i ≤ 0``) repels or is crossed: its logit takes the side it is on
+    (``σ_i = 1`` for ``h_i > 0``, else ``0``: ``relu'(0) = 0``, as gradient descent).
+    Away from the kinks this is ``−∇L``. ``J Jᵀ`` comes from ``n`` VJP–JVP pairs of ``logits``.
+
+    **Raises:** :class:`gradflow.GradflowValueError` (while tracing) if the logits are not a
+    vector.
+    """
+    T = model.temperature
+    z, logits_vjp = jax.vjp(model.logits, V, a)
+    if z.ndim != 1:
+        raise bad_arg("logits", tuple(z.shape), "one vector of logits (n,) for the kink sliding rule of "
+                      f"the {model.normalization!r} map (row-wise logits that depend on V are not handled)")
+    zt = z / T
+    n = zt.shape[0]
+    gV, gs = jax.grad(lambda V_, s_: model.loss_of_weights(loss, V_, s_), argnums=(0, 1))(
+        V, _maps.get_map(model.normalization)(zt))
+    h, gz0, c, u = _kink_sides(model.normalization, zt, gs.astype(zt.dtype), SLIDING_BAND)
+    eye = jnp.eye(n, dtype=zt.dtype)
+    lift = eye - jnp.outer(u, jnp.ones_like(u))  # w ↦ Σ w_i (e_i − u)
+
+    def field(gz):
+        gV_logits, ga = logits_vjp((gz / T).astype(z.dtype))
+        return -(gV + gV_logits).astype(V.dtype), -ga
+
+    def velocity(f):  # ż for the field f
+        return jax.jvp(model.logits, (V, a), f)[1] / T
+
+    gram = jax.vmap(lambda e: jax.jvp(model.logits, (V, a), logits_vjp(e))[1])(eye) / T**2  # J Jᵀ/T²
+    K = lift.T @ gram @ lift
+    kinked = c != 0
+    convex = c > 0
+    # restoring term: a sliding logit is steered to ḣ_i = −r_i h_i (not 0), r_i its velocity jump
+    # across the kink over the scale of h, so that integration errors do not accumulate
+    rate = jnp.where(convex, c * jnp.diagonal(K), 0.0) / jnp.max(jnp.abs(h)) * SLIDING_RESTORE
+    hdot0 = lift.T @ velocity(field(gz0)) + rate * h
+    w_fixed = jnp.where(~convex & (h > 0), c, 0.0)  # concave kinks: the side they are on
+
+    def solve(free, hi):
+        w_nf = jnp.where(free, 0.0, jnp.where(hi, c, w_fixed))
+        A = jnp.where(free[:, None] & free[None, :], K, 0.0) + jnp.diag(jnp.where(free, 0.0, 1.0))
+        w = jnp.linalg.solve(A, jnp.where(free, hdot0 - K @ w_nf, w_nf))
+        return w, hdot0 - K @ w
+
+    def update(sets):
+        lo, hi = sets
+        free = convex & ~lo & ~hi
+        w, hdot = solve(free, hi)
+        lo_new = convex & ((free & (w < 0)) | (lo & (hdot <= 0)))
+        hi_new = convex & ((free & (w > c)) | (hi & (hdot >= 0)))
+        return lo_new, hi_new
+
+    none = jnp.zeros(n, bool)
+    lo, hi = jax.lax.fori_loop(0, SLIDING_ITERATIONS, lambda _, sets: update(sets), (none, none))
+    lo_next, hi_next = update((lo, hi))
+    settled = jnp.all(lo_next == lo) & jnp.all(hi_next == hi)
+    w, _ = solve(convex & ~lo & ~hi, hi)
+    gz = gz0 + lift @ jnp.where(kinked, w, 0.0)
+    gz = jnp.where(settled, gz, jnp.nan)
+    return field(gz)
 
 
 def flow_field(model: AbstractModel, loss: AbstractLoss, y: tuple) -> tuple:
