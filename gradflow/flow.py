@@ -28,12 +28,14 @@ __all__ = ["gradient_field", "flow_field", "log_time_field", "t_of_tau", "tau_of
 def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array) -> tuple[Array, Array]:
     """``(dV/dt, da/dt) = −∇L(V, a)`` (paper Eqs. 2–4). Shapes and dtypes as ``V`` and ``a``.
 
-    Autodiff throughout, with two exceptions for models that do not override ``weights``/``loss``:
+    Autodiff throughout, with these exceptions for models that do not override ``weights``/``loss``:
     the L1 map slides along its kinks (:func:`_l1_sliding_field`), and the softmax's own
     derivative is applied in the exact centred form :func:`gradflow.maps.softmax_vjp` (plain
     autodiff loses the top logit's velocity, and ``Σ_i da_i/dt = 0``, once the logit gap exceeds
     ~37 in float64). At the kinks of ``relu`` and ``sparsemax`` autodiff already gives the
-    Filippov field, the limit of gradient descent (:data:`KINKED_MAPS`).
+    Filippov field, the limit of gradient descent, when the logits are ``a`` itself; for a model
+    whose logits depend on other parameters (the tied model) all three kinked maps slide along
+    their kinks by :func:`_kink_sliding_field` (:data:`KINKED_MAPS`).
     """
     if _logits_move(model) and any(_plain_map(model, name) for name in KINKED_MAPS):
         return _kink_sliding_field(model, loss, V, a)
@@ -73,6 +75,20 @@ def _logits_move(model: AbstractModel) -> bool:
 KINK_BAND = 1e-9
 """L1 map: a logit with ``|z_i| ≤ KINK_BAND·max_j |z_j|`` counts as at its kink ``z_i = 0``."""
 
+SLIDING_BAND = 1e-6
+"""Logits that depend on other parameters (:func:`_kink_sliding_field`): a logit with
+``|h_i| ≤ SLIDING_BAND·max_j |h_j|`` (``h`` the signed distance to the kink) counts as at its kink."""
+
+SLIDING_RESTORE = 1.0
+""":func:`_kink_sliding_field`: a sliding logit is steered to ``ḣ_i = −r_i h_i`` rather than ``0``,
+``r_i = SLIDING_RESTORE · (jump of ḣ_i across the kink) / max_j |h_j|`` (about one over the time
+the logit's own motion takes to cross the scale of ``h``), so that integration errors do not carry
+it out of :data:`SLIDING_BAND`; ``|r_i h_i| ≤ 1e-6`` of that jump."""
+
+SLIDING_ITERATIONS = 8
+"""Active-set iterations of :func:`_kink_sliding_field` (each one ``n × n`` solve); a set of
+sliding logits it has not settled in this many gives a ``NaN`` field (status ``nonfinite``)."""
+
 KINKED_MAPS = frozenset({"l1", "relu", "sparsemax"})
 """Maps whose flow has kinks, and the rule each follows there (a Filippov solution, the limit
 of gradient descent as ``lr → 0``; ``z`` the logits over the temperature).
@@ -94,11 +110,33 @@ of gradient descent as ``lr → 0``; ``z`` the logits over the temperature).
   over the support and ``‖relu(z)‖`` is constant between crossings); initial logits with none
   positive are refused with :class:`gradflow.GradflowValueError` (the map is undefined there).
 
-Where it can be fooled: a model whose logits depend on other parameters (the tied model
-``z = U a``) moves a frozen logit through them, and the field may point towards the kink
-from both sides; that genuine sliding is not handled for ``relu``/``sparsemax`` (nor is the
-L1 rule, which holds the logit's cotangent at ``0``, exact there): the adaptive solver
-chatters across the kink and the run ends ``max_steps`` (measured: tied, n = 6, most seeds).
+Logits that depend on other parameters (the tied model ``z = U a``, any model that overrides
+``logits``): a logit at its kink is moved by ``U`` and ``a``, and the field may point towards the
+kink from both sides, so the flow *slides* along it (for all three maps; the rules above are not
+exact there: the chatter ends the run at ``max_steps``). :func:`_kink_sliding_field` takes the
+smallest element of the convex hull of the one-sided gradients, the field a Filippov solution of
+a gradient flow follows: a sliding logit's velocity is ``0`` and its side is decided by the
+field, a logit within :data:`SLIDING_BAND` of its kink counts as at it, and a restoring term
+steers sliding logits back to the kink. The value-softmax and row-wise models keep the rules
+above (their fields are unchanged bit for bit).
+
+Where it can be fooled: (1) with ``z = U a`` the kink is curved in ``(U, a)``, and a step that
+starts on it evaluates its stages ``O(h²)`` off it; :data:`SLIDING_BAND` (``1e-6`` relative,
+against :data:`KINK_BAND`'s ``1e-9``) keeps them inside at the steps the tolerance allows (at
+``1e-9``, with 4000 steps, 20 of 24 tied runs still ended ``max_steps``), at a price: a logit that reaches its kink is
+captured up to ``1e-6·max|h|`` early and relaxes onto it over a flow time, so the state there is
+accurate to ``~1e-6``; runs take more steps (tied, n = 6, to ``1e12``: median 374 for
+sparsemax, 1613 for relu, 2929 for l1, at most 5816; docs: Solvers and statuses, Kinks).
+(2) sparsemax with two or more logits at the kink at once: the hull used is spanned by one-logit flips (a
+parallelotope), not by all ``2^k`` supports; when all of them slide the field is the same (the
+one tangent to every kink), but which of them leave is decided on the parallelotope. (3) a
+concave kink (``L`` bends down across it) never slides: its logit keeps the side it is on
+(``relu'(0) = 0`` at ``0``), which is how GD resolves such a non-unique Filippov solution.
+(4) the relu map's denominator ``Σ relu(z)`` is no longer conserved, and can reach ``0`` (the
+last positive logit driven to its kink): the map is undefined there and the run ends
+``nonfinite`` or ``stalled`` (measured: 1 of 12 relu seeds). (5) logits that are not one
+vector (row-wise logits that depend on ``V``) are refused with :class:`gradflow.GradflowValueError`.
+
 Crossings also cost accuracy: the step that crosses is accepted on an error estimate that
 assumes a smooth field, so the end state agrees with a ``rtol = 1e-12`` run to ``~1e-6``
 rather than ``1e-8`` (measured: the sparsemax norm-logistic run to ``t = 20``, 7e-7; event
@@ -128,13 +166,6 @@ def _l1_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Arr
     return -(gV + gV_logits).astype(V.dtype), -ga
 
 
-SLIDING_BAND = 1e-6
-
-SLIDING_RESTORE = 1.0
-
-SLIDING_ITERATIONS = 8
-"""Active-set iterations of :func:`_kink_sliding_field` (each one ``n × n`` solve); a set of
-sliding logits it has not settled in this many gives a ``NaN`` field (status ``nonfinite``)."""
 
 
 def _kink_sides(name: str, zt: Array, gs: Array, band: float):
@@ -187,24 +218,29 @@ def _kink_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: A
     ``a`` of shape ``(D,)``, float64); the logits must be one vector ``(n,)``.
     **Returns:** ``(dV/dt, da/dt)``, shapes and dtypes of ``V`` and ``a``.
 
-    The rule. Near a point where the logits in ``I`` sit at their kinks (:data:`KINK_BAND`,
+    The rule. Near a point where the logits in ``I`` sit at their kinks (:data:`SLIDING_BAND`,
     relative to the largest ``|h|`` of :func:`_kink_sides`), ``L`` is smooth on each side of each
-    kink, and the Filippov set of ``−∇L`` is the convex hull of the one-sided gradients. For a
-    gradient flow a Filippov solution moves with the *smallest* element of that set (the
-    subgradient flow's chain rule, Davis–Drusvyatskiy–Kakade–Lee 2020, Lemma 5.2, for tame
-    ``L``). The one-sided cotangents are ``∂L/∂z = gz0 + Σ_{i∈I} σ_i c_i (e_i − u)`` with
-    ``σ ∈ {0, 1}^I`` (for relu and l1 exactly, all sides being independent; for sparsemax exactly
-    when ``|I| = 1``, otherwise ``σ ∈ [0, 1]^I`` spans the parallelotope on its ``|I| + 1``
-    vertices ``gz0``, ``gz0 + c_i(e_i − u)``), so with ``w = σ ⊙ c``, ``J = ∂z/∂(V, a)`` and
-    ``K = (I − 1uᵀ) J Jᵀ (I − u1ᵀ)`` the kink velocities are ``ḣ(w) = ḣ(0) − K w``, and
-    ``½‖field‖²`` has gradient ``−c ⊙ ḣ`` in ``σ``. Its minimiser over the box satisfies, for each
-    convex kink (``c_i > 0``): ``ḣ_i = 0`` with ``0 < σ_i < 1`` (the logit *slides*: the field
-    points towards the kink from both sides), or ``σ_i = 0`` with ``ḣ_i ≤ 0`` (it leaves to, or
-    stays on, the outside), or ``σ_i = 1`` with ``ḣ_i ≥ 0`` (to the inside). It is found by a
-    primal–dual active-set iteration (:data:`SLIDING_ITERATIONS` masked ``n × n`` solves, fixed
-    shapes). A concave kink (``c_i ≤ 0``) repels or is crossed: its logit takes the side it is on
-    (``σ_i = 1`` for ``h_i > 0``, else ``0``: ``relu'(0) = 0``, as gradient descent).
-    Away from the kinks this is ``−∇L``. ``J Jᵀ`` comes from ``n`` VJP–JVP pairs of ``logits``.
+    kink, and the Filippov set of ``−∇L`` is the convex hull of the one-sided gradients. Their
+    differences are normal to the kinks (``L`` is continuous across them), so the one element of
+    the hull's affine span that is tangent to every kink is the span's point of least norm: where
+    it lies in the hull it is the hull's smallest element, the field a sliding Filippov solution
+    follows (in general a Filippov solution of a gradient flow of a tame ``L`` moves with the
+    smallest element a.e.: Davis, Drusvyatskiy, Kakade & Lee 2020, *Stochastic subgradient method
+    converges on tame functions*, Sec. 5). The one-sided cotangents are
+    ``∂L/∂z = gz0 + Σ_{i∈I} σ_i c_i (e_i − u)`` with ``σ ∈ {0, 1}^I`` (relu and l1: the sides of
+    different logits add up, so ``σ ∈ [0, 1]^I`` spans the hull exactly; sparsemax: exactly when
+    ``|I| = 1``, otherwise ``σ ∈ [0, 1]^I`` spans the parallelotope on the one-logit flips), so
+    with ``w = σ ⊙ c``, ``J = ∂z/∂(V, a)`` and ``K = (I − 1uᵀ) J Jᵀ (I − u1ᵀ)`` the kink velocities
+    are ``ḣ(w) = ḣ(0) − K w``, and ``½‖field‖²`` has gradient ``−c ⊙ ḣ`` in ``σ``. Its minimiser
+    over the box satisfies, for each convex kink (``c_i > 0``): ``ḣ_i = 0`` with ``0 < σ_i < 1``
+    (the logit *slides*: the field points towards the kink from both sides), or ``σ_i = 0`` with
+    ``ḣ_i ≤ 0`` (it leaves to, or stays on, the outside), or ``σ_i = 1`` with ``ḣ_i ≥ 0`` (to the
+    inside). It is found by a primal–dual active-set iteration (:data:`SLIDING_ITERATIONS` masked
+    ``n × n`` solves, fixed shapes, ``NaN`` if unsettled), with ``ḣ_i = 0`` replaced by the
+    restoring target ``ḣ_i = −r_i h_i`` (:data:`SLIDING_RESTORE`). A concave kink (``c_i ≤ 0``)
+    repels or is crossed: its logit takes the side it is on (``σ_i = 1`` for ``h_i > 0``, else
+    ``0``: ``relu'(0) = 0``, as gradient descent). Away from the kinks this is ``−∇L``. ``J Jᵀ``
+    comes from ``n`` VJP–JVP pairs of ``logits``.
 
     **Raises:** :class:`gradflow.GradflowValueError` (while tracing) if the logits are not a
     vector.
@@ -233,8 +269,7 @@ def _kink_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: A
     K = lift.T @ gram @ lift
     kinked = c != 0
     convex = c > 0
-    # restoring term: a sliding logit is steered to ḣ_i = −r_i h_i (not 0), r_i its velocity jump
-    # across the kink over the scale of h, so that integration errors do not accumulate
+    # restoring term (SLIDING_RESTORE): c_i K_ii is the jump of ḣ_i between the two sides
     rate = jnp.where(convex, c * jnp.diagonal(K), 0.0) / jnp.max(jnp.abs(h)) * SLIDING_RESTORE
     hdot0 = lift.T @ velocity(field(gz0)) + rate * h
     w_fixed = jnp.where(~convex & (h > 0), c, 0.0)  # concave kinks: the side they are on

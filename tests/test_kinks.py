@@ -382,3 +382,38 @@ def test_tied_flow_without_the_sliding_rule_chatters(case):
     the run to ``t1`` nor the GD comparison can pass."""
     traj = _tied_flow(case, autodiff=True)
     assert traj.status == "max_steps" and float(traj.t_end) < 4.0, (traj.status, float(traj.t_end))
+
+
+@pytest.mark.parametrize("kind", ["relu", "sparsemax", "l1"])
+@pytest.mark.parametrize("T", [1.0, 1.7])
+def test_tied_sliding_field_is_the_gradient_away_from_kinks(kind, T):
+    """Away from every kink the sliding rule's field is ``−∇L`` (autodiff of ``model.loss``)."""
+    import jax
+
+    rs = np.random.RandomState(7)
+    teacher = rs.randn(6)
+    loss = gradflow.LogisticTeacher(teacher / np.linalg.norm(teacher))
+    model = gradflow.get_model("tied", normalization=kind, temperature=T)
+    U, a = jnp.asarray(np.eye(6) + 0.5 * rs.randn(6, 6)), jnp.asarray(rs.randn(6) + 0.3)
+    assert np.min(np.abs(np.asarray(_tied_kink_distance_np(kind, np.asarray(U @ a) / T)))) > 1e-3
+    dU, da = gradflow.gradient_field(model, loss, U, a)
+    gU, ga = jax.grad(lambda U_, a_: model.loss(loss, U_, a_), argnums=(0, 1))(U, a)
+    np.testing.assert_allclose(np.asarray(dU), -np.asarray(gU), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(da), -np.asarray(ga), rtol=1e-12, atol=1e-14)
+
+
+class _RowLogitsOfV(gradflow.models.RowWise):
+    """Row-wise logits that (nominally) depend on ``V``: a matrix of logits, not one vector."""
+
+    def logits(self, V, a):
+        return a + 0.0 * jnp.sum(V)
+
+
+@pytest.mark.bad_input
+def test_kink_sliding_refuses_logits_that_are_not_a_vector():
+    """The sliding rule solves for one vector of logits; a matrix of logits that depends on ``V``
+    is refused with a clear error rather than integrated wrongly."""
+    loss = gradflow.LogisticTeacher(np.ones(3) / np.sqrt(3.0))
+    model = _RowLogitsOfV(normalization="relu")
+    with pytest.raises(gradflow.GradflowValueError, match=r"^logits: got \(3, 3\); expected one vector"):
+        gradflow.gradient_field(model, loss, jnp.eye(3), jnp.ones((3, 3)))
