@@ -206,6 +206,10 @@ ENGINE_MUTATIONS = (
              "gz = jnp.where(at_kink & (gm > 0), 0.0, side * gm)", "gz = jnp.where(at_kink & (gm < 0), 0.0, side * gm)",
              "L1 map: the kink's release test with the wrong sign (sticks when it should leave)",
              "tests/test_kinks.py::test_l1_flow_matches_gradient_descent_to_first_order"),
+    Mutation("tied_sliding_off", "gradflow/flow.py",
+             "    convex = c > 0\n", "    convex = c > jnp.inf\n",
+             "tied model: no logit slides at a kink (each keeps the side it is on; chatters)",
+             "tests/test_kinks.py::test_tied_flow_slides_along_a_kink_to_t1"),
     # ---- the solve: events, statuses, the log-time map (gradflow/_engine/solve.py)
     Mutation("time_map", "gradflow/_engine/solve.py",
              "    scale = jnp.exp(tau)\n    return jax.tree.map(lambda f: scale * f, rhs(args.flow",

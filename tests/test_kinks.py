@@ -218,3 +218,202 @@ def test_relu_start_without_a_positive_logit_is_refused():
     with pytest.raises(gradflow.GradflowValueError, match="a0: .*'relu' map is defined"):
         gradflow.simulate(gradflow.LogisticTeacher(teacher), 0.1 * np.eye(3), np.array([0.0, -1.0, -0.5]),
                           t1=1.0, normalization="relu")
+
+
+# --- the tied model: logits z = U a that move with U and a -------------------------------------
+# A logit at its kink is no longer frozen: U and a move it, and the field can point towards the
+# kink from both sides, so the flow slides along it (gradflow.flow._kink_sliding_field). These
+# tests check a run that slides against a gradient descent of the tied model written here by hand
+# in NumPy (its own maps and gradient).
+
+
+def _tied_case(name):
+    """``(map, teacher, U0, a0)``: the tied model, n = 6, ``U0 = I + 0.5·randn``, ``a0 = 0.5·randn``
+    (+0.3 for relu), a random unit teacher; in each the flow slides along a kink during
+    ``[2, 4]`` (checked by :func:`test_tied_flow_slides_along_a_kink_to_t1`)."""
+    kind, seed = name.split("-")
+    rs = np.random.RandomState(int(seed))
+    teacher = rs.randn(6)
+    teacher /= np.linalg.norm(teacher)
+    U0 = np.eye(6) + 0.5 * rs.randn(6, 6)
+    a0 = 0.5 * rs.randn(6) + (0.3 if kind == "relu" else 0.0)
+    return kind, teacher, U0, a0
+
+
+def _tied_map_np(kind, z):
+    if kind == "relu":
+        return _relu_norm_np(z)
+    if kind == "sparsemax":
+        return _sparsemax_np(z)
+    return np.abs(z) / np.abs(z).sum()
+
+
+def _tied_kink_distance_np(kind, z):
+    """``h``: ``z`` itself (relu, l1), ``z − τ`` (sparsemax, ``τ`` from the support)."""
+    if kind != "sparsemax":
+        return z
+    on = _sparsemax_np(z) > 0
+    return z - (z[on].sum() - 1.0) / on.sum()
+
+
+def _tied_field_np(kind, teacher, U, a, flip=None):
+    """``(−∇_U L, −∇_a L)`` of the tied model ``L = ℓ(U s(U a))`` (logistic ``ℓ``), by hand.
+
+    ``gβ = ∇ℓ(β)``, ``gs = Uᵀgβ``, ``gz = (∂s/∂z)ᵀ gs``; ``∇_U L = gβ sᵀ + gz aᵀ``, ``∇_a L = Uᵀ gz``.
+    relu: ``gz_j = (gs_j − ⟨s, gs⟩)/Σ relu(z)`` where ``z_j > 0``, else 0 (``relu'(0) = 0``);
+    sparsemax: ``gs − mean_support(gs)`` on the support, else 0; l1: ``sign(z_j)·(gs_j − ⟨s, gs⟩)/Σ|z|``.
+    ``flip = (i, inside)`` evaluates one side of logit ``i``'s kink (inside or outside the support;
+    l1: ``sign = +1`` or ``−1``) whatever its value: the one-sided fields at a kink."""
+    z = U @ a
+    s = _tied_map_np(kind, z)
+    gb = -teacher / (1.0 + np.exp(teacher @ (U @ s)))
+    gs = U.T @ gb
+    if kind == "relu":
+        on = z > 0
+        if flip is not None:
+            on[flip[0]] = flip[1]
+        gz = np.where(on, gs - s @ gs, 0.0) / np.maximum(z, 0.0).sum()
+    elif kind == "sparsemax":
+        on = s > 0
+        if flip is not None:
+            on[flip[0]] = flip[1]
+        gz = np.where(on, gs - gs[on].mean(), 0.0)
+    else:
+        sign = np.sign(z)
+        if flip is not None:
+            sign[flip[0]] = 1.0 if flip[1] else -1.0
+        gz = sign * (gs - s @ gs) / np.abs(z).sum()
+    return -(np.outer(gb, s) + np.outer(gz, a)), -(U.T @ gz)
+
+
+def _tied_gd_np(kind, teacher, U, a, lr, steps):
+    U, a = np.array(U, float), np.array(a, float)
+    for _ in range(steps):
+        dU, da = _tied_field_np(kind, teacher, U, a)
+        U, a = U + lr * dU, a + lr * da
+    return U, a
+
+
+TIED_CASES = ["relu-3", "sparsemax-4", "l1-4"]
+_TIED_WINDOW = np.linspace(2.0, 4.0, 5)
+
+
+@functools.lru_cache(maxsize=None)
+def _tied_flow(case, autodiff=False):
+    """Default ``simulate`` of a case to ``t1 = 1e12`` saved at ``0``, ``[2, 4]`` and ``t1``
+    (``autodiff``: with :class:`_AutodiffTied` and 3000 steps)."""
+    kind, teacher, U0, a0 = _tied_case(case)
+    ts = np.concatenate([[0.0], _TIED_WINDOW, [1e12]])
+    model = _AutodiffTied(normalization=kind) if autodiff else "tied"
+    return gradflow.simulate(gradflow.LogisticTeacher(teacher), U0, a0, t1=1e12, ts=ts, model=model,
+                             normalization=kind, max_steps=3000 if autodiff else 16384)
+
+
+class _AutodiffTied(gradflow.models.Tied):
+    """The tied model differentiated by plain autodiff (its ``loss`` is overridden, with the same
+    formula, so the field takes no kink rule): the flow that ignores the sliding."""
+
+    def loss(self, loss, V, a):
+        return self.loss_of_weights(loss, V, self.weights(V, a))
+
+
+@pytest.mark.parametrize("case", TIED_CASES)
+def test_tied_flow_slides_along_a_kink_to_t1(case):
+    """Default ``simulate`` of the tied model to ``t1 = 1e12`` ends ``ok``. On ``t ∈ [2, 4]`` one
+    logit sits at its kink (``|h_i| ≤ 1e-6·max|h|``, ``h = z`` or ``z − τ``) while, by the
+    hand-written one-sided fields, the field points towards the kink from both sides
+    (``ḣ_i > 0`` outside, ``< 0`` inside; l1: from ``−`` and ``+``): genuine sliding."""
+    kind, teacher = _tied_case(case)[:2]
+    traj = _tied_flow(case)
+    assert traj.status == "ok" and float(traj.t_end) == 1e12, (traj.status, float(traj.t_end), int(traj.num_steps))
+    Us, As = np.asarray(traj.V), np.asarray(traj.a)
+    hs = np.array([_tied_kink_distance_np(kind, U @ a) for U, a in zip(Us, As)])
+    window = hs[1:-1]
+    at_kink = np.all(np.abs(window) <= 1e-6 * np.abs(window).max(axis=1, keepdims=True), axis=0)
+    assert np.sum(at_kink) == 1, window
+    i = int(np.argmax(at_kink))
+    for U, a in zip(Us[1:-1], As[1:-1]):
+        z = U @ a
+        rest = np.arange(6) != i
+        on = (_tied_kink_distance_np(kind, z) > 1e-6) & rest
+        hdot = {}
+        for inside in (False, True):
+            dU, da = _tied_field_np(kind, teacher, U, a, flip=(i, inside))
+            zdot = dU @ a + U @ da
+            hdot[inside] = zdot[i] - (zdot[on].mean() if kind == "sparsemax" else 0.0)
+        assert hdot[False] > 1e-3 and hdot[True] < -1e-3, hdot
+
+
+@pytest.mark.parametrize("case", TIED_CASES)
+def test_tied_flow_matches_gradient_descent_to_first_order(case):
+    """Hand-written GD at lr 0.04, 0.02, 0.01, 0.005 to ``T = 4`` (two flow-time units of sliding)
+    against the flow: the error of ``(U, a)`` halves with the step size (first order).
+
+    GD zigzags across the kink while the flow slides, so its state at ``T`` carries an ``O(lr)``
+    offset that depends on where the kink falls between two iterations; each lr's error is
+    therefore the mean of the signed differences over 8 starts shifted by ``lr/8`` (GD from
+    the flow's state at ``δ = j·lr/8``, compared with the flow at ``δ + k·lr``)."""
+    kind, teacher, U0, a0 = _tied_case(case)
+    lrs, shifts, T = (0.04, 0.02, 0.01, 0.005), 8, 4.0
+    plan = [(lr, j * lr / shifts, int(round(T / lr)) - 1) for lr in lrs for j in range(shifts)]
+    ts = np.unique(np.round([0.0] + [d for _, d, _ in plan] + [d + k * lr for lr, d, k in plan], 12))
+    flow = gradflow.simulate(gradflow.LogisticTeacher(teacher), U0, a0, t1=float(ts[-1]), ts=ts, model="tied",
+                             normalization=kind)
+    assert flow.status == "ok"
+    Us, As = np.asarray(flow.V), np.asarray(flow.a)
+    at = lambda t: int(np.argmin(np.abs(ts - t)))
+    errs = []
+    for lr in lrs:
+        dU, da = 0.0, 0.0
+        for lr_, d, k in plan:
+            if lr_ == lr:
+                U, a = _tied_gd_np(kind, teacher, Us[at(d)], As[at(d)], lr, k)
+                dU, da = dU + (U - Us[at(d + k * lr)]) / shifts, da + (a - As[at(d + k * lr)]) / shifts
+        errs.append(max(np.abs(dU).max(), np.abs(da).max()))
+    ratios = [errs[j] / errs[j + 1] for j in range(3)]
+    assert errs[-1] < 2e-3 and all(r == pytest.approx(2.0, rel=0.2) for r in ratios), (errs, ratios)
+
+
+@pytest.mark.parametrize("case", TIED_CASES)
+def test_tied_flow_without_the_sliding_rule_chatters(case):
+    """Negative control of the two tests above: the same start under plain autodiff
+    (:class:`_AutodiffTied`, no rule at the kinks, the engine before the sliding rule): the adaptive
+    solver chatters across the kink and ends at ``max_steps`` (3000) before ``t = 4``, so neither
+    the run to ``t1`` nor the GD comparison can pass."""
+    traj = _tied_flow(case, autodiff=True)
+    assert traj.status == "max_steps" and float(traj.t_end) < 4.0, (traj.status, float(traj.t_end))
+
+
+@pytest.mark.parametrize("kind", ["relu", "sparsemax", "l1"])
+@pytest.mark.parametrize("T", [1.0, 1.7])
+def test_tied_sliding_field_is_the_gradient_away_from_kinks(kind, T):
+    """Away from every kink the sliding rule's field is ``−∇L`` (autodiff of ``model.loss``)."""
+    import jax
+
+    rs = np.random.RandomState(7)
+    teacher = rs.randn(6)
+    loss = gradflow.LogisticTeacher(teacher / np.linalg.norm(teacher))
+    model = gradflow.get_model("tied", normalization=kind, temperature=T)
+    U, a = jnp.asarray(np.eye(6) + 0.5 * rs.randn(6, 6)), jnp.asarray(rs.randn(6) + 0.3)
+    assert np.min(np.abs(np.asarray(_tied_kink_distance_np(kind, np.asarray(U @ a) / T)))) > 1e-3
+    dU, da = gradflow.gradient_field(model, loss, U, a)
+    gU, ga = jax.grad(lambda U_, a_: model.loss(loss, U_, a_), argnums=(0, 1))(U, a)
+    np.testing.assert_allclose(np.asarray(dU), -np.asarray(gU), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(np.asarray(da), -np.asarray(ga), rtol=1e-12, atol=1e-14)
+
+
+class _RowLogitsOfV(gradflow.models.RowWise):
+    """Row-wise logits that (nominally) depend on ``V``: a matrix of logits, not one vector."""
+
+    def logits(self, V, a):
+        return a + 0.0 * jnp.sum(V)
+
+
+@pytest.mark.bad_input
+def test_kink_sliding_refuses_logits_that_are_not_a_vector():
+    """The sliding rule solves for one vector of logits; a matrix of logits that depends on ``V``
+    is refused with a clear error rather than integrated wrongly."""
+    loss = gradflow.LogisticTeacher(np.ones(3) / np.sqrt(3.0))
+    model = _RowLogitsOfV(normalization="relu")
+    with pytest.raises(gradflow.GradflowValueError, match=r"^logits: got \(3, 3\); expected one vector"):
+        gradflow.gradient_field(model, loss, jnp.eye(3), jnp.ones((3, 3)))
