@@ -166,8 +166,6 @@ def _l1_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Arr
     return -(gV + gV_logits).astype(V.dtype), -ga
 
 
-
-
 def _kink_sides(name: str, zt: Array, gs: Array, band: float):
     """One kinked map's pieces at the logits ``zt`` (shape ``(n,)``) with ``gs = ∂ℓ/∂s``:
     ``(h, gz0, c, u)``, each of shape ``(n,)``.
