@@ -345,7 +345,7 @@ ENGINE_MUTATIONS = (
     Mutation("fused_result_stale", "gradflow/_engine/batch.py",
              "            fused = None\n", "            pass\n",
              "a round run in parts after a fused round returns the fused round's stale result",
-             "tests/test_performance.py"),
+             "tests/test_performance.py::test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs"),
     Mutation("batch_steps_of_earlier_rounds_lost", "gradflow/_engine/batch.py",
              "num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps)",
              "num_steps=put(out.num_steps, state.num_steps)",
