@@ -73,6 +73,7 @@ machine runs it: on a shared machine they move with its load (the load average i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -112,6 +113,9 @@ parameters, DOP853 above."""
 RTOL, ATOL = 1e-8, 1e-10
 """gradflow's default tolerances; SciPy runs at the same."""
 QUICK_BUDGET = 1.0
+CONVERGED = 1e-12
+"""The table's convergence column: the first checkpoint with loss at most this times the start loss
+(checkpoints: gradflow after each call, GD after each chunk, SciPy about every 0.5 s)."""
 METHODS = ("gradflow", "gd", "scipy")
 
 
@@ -249,11 +253,13 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX) 
     status, t_rest = "running", None
     while True:
         c0 = clock.now()
-        with rec.recording():
+        rounds: list = []
+        with rec.recording(), _labelled(rec, rounds):
             sol = gradflow.integrate(loss, theta, t1=delta, ts=delta * FRACTIONS)
             jax.block_until_ready(sol.params)
         wall = clock.now() - c0
         comp = sum(rec.totals().values())
+        compiled = {f["function"]: round(f["total"], 2) for f in rec.by_function() if f["total"] >= 0.5}
         compile_first = comp if compile_first is None else compile_first
         compile_total = comp + (compile_total or 0.0)
         valid = np.asarray(sol.valid)
@@ -265,13 +271,13 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX) 
         loss0 = float(np.asarray(sol.loss)[0]) if not calls else loss0
         steps += int(sol.num_steps)
         calls.append(dict(delta=delta, status=sol.status, wall_s=wall, compile_s=comp, steps=int(sol.num_steps),
-                          reached=reached))
+                          reached=reached, rounds=rounds, compiled=compiled))
         if at_rest:
             t_rest = t + float(sol.t_steady)
             t, status = t_max, "at rest"
         else:
             t += reached
-        clock.point(t, loss_t, steps, calls=len(calls))
+        clock.point(t, loss_t, steps, calls=len(calls), compile_s=comp, compiled=compiled)
         if status == "at rest":
             break
         if sol.status not in ("ok", "max_steps"):
@@ -296,6 +302,25 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX) 
         delta = nxt
     return dict(status=status, t_rest=t_rest, steps=steps, calls=calls, compile_first_s=compile_first,
                 compile_s=compile_total, loss0=loss0, points=clock.points)
+
+
+@contextlib.contextmanager
+def _labelled(rec, rounds: list):
+    """:func:`benchmarks.first_call.tagged_rounds` (each round's solver appended to ``rounds``, the
+    engine's round programs labelled with it in ``rec``), or nothing where it cannot wrap this
+    engine (it wraps engine internals, which may change)."""
+    from benchmarks.first_call import tagged_rounds
+
+    try:
+        ctx = tagged_rounds(rec, rounds)
+        ctx.__enter__()
+    except Exception:  # noqa: BLE001  (labels only: the run goes on without them)
+        yield
+        return
+    try:
+        yield
+    finally:
+        ctx.__exit__(None, None, None)
 
 
 def run_gd(loss, params0, budget: float, emit=None) -> dict:
@@ -328,7 +353,7 @@ def run_gd(loss, params0, budget: float, emit=None) -> dict:
     lr = lr0 = LR_FACTOR / max(lam0, 1e-300)
     loss_cur = float(loss_cur)
     loss0 = loss_cur
-    clock.point(0.0, loss_cur, 0)
+    clock.point(0.0, loss_cur, 0, compile_s=compile_s)
     t, iters, halvings, lowered, segments = 0.0, 0, 0, 0, []
     k, per_iter = 16, None
     target = budget / GD_CHUNKS
@@ -392,7 +417,7 @@ def run_scipy(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> 
             np.asarray(hess(flat0))
             jac = lambda t, y: -np.asarray(hess(y))  # noqa: E731
         compile_s = clock.now() - c0
-        clock.point(0.0, loss0, 0)
+        clock.point(0.0, loss0, 0, compile_s=compile_s)
         fun = lambda t, y: -np.asarray(grad(y))  # noqa: E731
         cls = dict(LSODA=si.LSODA, DOP853=si.DOP853)[method]
         kw = dict(jac=jac) if method == "LSODA" else {}
@@ -494,8 +519,10 @@ def run_child(name: str, method: str, budget: float, quick: bool = False, grace:
     points = [json.loads(ln[6:]) for ln in lines if ln.startswith("POINT ")]
     if not head or not points:
         raise RuntimeError(f"large-models child {name} {method} failed (rc {proc.returncode}):\n{''.join(err)[-3000:]}")
+    comp = points[0].get("compile_s")
     row = dict(head[-1], points=points, status="killed after the budget" if killed else f"exit {proc.returncode}",
-               steps=points[-1]["count"], compile_s=None, compile_first_s=None, load_after=os.getloadavg()[0])
+               steps=points[-1]["count"], compile_s=comp, compile_first_s=comp, killed_after_s=budget + grace,
+               load_after=os.getloadavg()[0])
     if method == "scipy":
         n = row["n"]
         meth, with_jac, why = scipy_method(n)
@@ -588,24 +615,52 @@ def _notes(r: dict) -> str:
         out.append(r["why"])
     if r["over_budget"]:
         out.append("**its first unit of work already ended after the budget** (shown)")
-    elif r["wall_all_s"] > r["budget_s"]:
+    elif r["wall_all_s"] > r["budget_s"] * 1.01:
         what = {"gradflow": "call", "gd": "chunk", "scipy": "step"}[r["method"]]
-        out.append(f"its last {what} ended after the budget ({r['wall_all_s']:.1f} s, t = {r['t_all']:.3g}; not counted)")
+        last = r["points"][-1]
+        comp = last.get("compile_s") or 0.0
+        why = ""
+        if r["method"] == "gradflow" and comp >= 1:
+            progs = ", ".join(f"`{k}` {v:.0f} s" for k, v in sorted(last.get("compiled", {}).items(), key=lambda kv: -kv[1]))
+            why = f", {comp:.0f} s of it compiling ({progs})" if progs else f", {comp:.0f} s of it compiling"
+        out.append(f"its last {what} ended after the budget ({r['wall_all_s']:.0f} s, t = {r['t_all']:.3g}{why}; "
+                   "not counted)")
+    if r.get("killed_after_s") is not None and r["status"].startswith("killed"):
+        last = r["points"][-1]
+        jac = f"; {last['njev']} Jacobians done" if last.get("njev") else ""
+        out.append(f"killed at {r['killed_after_s']:.0f} s: the step in flight since {last['wall_s']:.0f} s had not "
+                   f"ended{jac}")
+    if r["method"] == "gradflow" and r.get("calls"):
+        rounds = [c.get("rounds") for c in r["calls"]]
+        solvers = sorted({x.split(",")[0] for rs in rounds if rs for x in rs})
+        if solvers:
+            out.append(f"solvers run: {', '.join(solvers)}")
     out.append(f"status: {r['status']}")
     return "; ".join(out)
 
 
+def converged(r: dict) -> dict | None:
+    """The first checkpoint within the budget with loss ≤ :data:`CONVERGED` × the start loss (``None``: none)."""
+    return next((p for p in r["points"] if p["wall_s"] <= r["budget_s"] and r.get("loss0") is not None
+                 and p["loss"] <= CONVERGED * r["loss0"]), None)
+
+
 def table(res: dict) -> str:
-    L = ["| model | parameters n | method | flow time t reached | loss at t | × GD's t | wall (s) | steps / iterations | "
-         "compile (s) | notes |", "|---|---|---|---|---|---|---|---|---|---|"]
+    L = ["| model | parameters n | method | flow time t reached | loss at t | × GD's t | wall (s) | "
+         f"loss ≤ {CONVERGED:g} × start: first at wall s (t) | steps / iterations | compile (s) | notes |",
+         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         gd = next((x for x in res["rows"] if x["model"] == r["model"] and x["method"] == "gd"), None)
         ratio = f"{r['t'] / gd['t']:.3g}×" if gd and gd["t"] > 0 else "–"
+        if r["method"] == "gradflow" and r.get("t_rest") is not None:
+            ratio = "– (at rest)"
+        conv = converged(r)
+        conv = "not within the budget" if conv is None else f"{conv['wall_s']:.1f} ({conv['t']:.3g})"
         comp = "–" if r.get("compile_first_s") is None else f"{r['compile_first_s']:.1f}"
         if r["method"] == "gradflow" and r.get("compile_s") is not None and r["compile_s"] > r["compile_first_s"] + 0.05:
             comp += f" (first call; {r['compile_s']:.1f} in all)"
         L.append(f"| {r['model']} | {r['n']:,} | {_method_label(r)} | {_t(r)} | {r['loss']:.4g} | {ratio} | "
-                 f"{r['wall_s']:.1f} | {_count(r)} | {comp} | {_notes(r)} |")
+                 f"{r['wall_s']:.1f} | {conv} | {_count(r)} | {comp} | {_notes(r)} |")
     return "\n".join(L)
 
 
@@ -631,7 +686,10 @@ def report(res: dict, cmd: str) -> str:
          "raised), halved when a chunk's loss rises; SciPy: LSODA (Hessian as jac for n ≤ "
          f"{SCIPY_HESSIAN_MAX}, finite differences above) stepped until the budget, DOP853 where LSODA cannot hold "
          "the dense Jacobian. Flow time t, loss and wall are those of the last checkpoint within the budget "
-         "(`benchmarks/large_models.py`'s docstring has the details).", "",
+         "(`benchmarks/large_models.py`'s docstring has the details). A gradflow row *at rest*: the rest stop fired, "
+         "the flow holds that state to t1 = 1e12 (so no ratio to GD's t). Every gradflow call starts the auto solver "
+         "anew (Dopri8, then stiffness detection) and compiles a program the first time it is needed; the sizing "
+         "of the calls cannot foresee a compile, so a call can end well after the budget (its notes say so).", "",
          table(res), "", "Models (fixed seeds, float64):", ""]
     for name, (n, desc, loss0) in starts.items():
         L.append(f"- {name} ({n:,} parameters): {desc}; loss at the start {loss0:.4g}." if loss0 is not None

@@ -4,6 +4,7 @@ asserted beyond the smoke run's own wall time: the numbers come from ``python -m
 
 import json
 import math
+import os
 import time
 
 import pytest
@@ -18,7 +19,10 @@ def test_quick_mode_writes_every_model_and_method(tmp_path):
     start = time.perf_counter()
     assert lm.main(["--quick", "--out", str(out)]) == 0
     elapsed = time.perf_counter() - start
-    assert elapsed < 60, f"the quick mode took {elapsed:.0f} s"
+    # under 60 s on two cores to itself (~35 s measured); on a machine shared with other work the
+    # wall time grows with the load (its compiles dominate): the bound scales with load per core
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    assert elapsed < 60 * max(1.0, load), f"the quick mode took {elapsed:.0f} s (load per core {load:.1f})"
     text = out.read_text()
     res = json.loads((tmp_path / "LARGE_MODELS.json").read_text())
     assert res["quick"] and res["budget_s"] == lm.QUICK_BUDGET
@@ -88,7 +92,10 @@ def test_report_from_given_numbers(tmp_path):
     assert json.loads((tmp_path / "L.json").read_text()) == res
     assert "the full-budget run is `python -m benchmarks.large_models --budget 600`" in text
     g = next(ln for ln in text.splitlines() if "gradflow `integrate`" in ln)
-    assert "1e+12 (at rest from t = 1.23e+03)" in g and "| 1e+11× |" in g, g  # 1e12 / GD's t = 10
+    # at rest: t is the horizon, no ratio to GD's t; the loss fell below 1e-12 × the start at its second checkpoint
+    assert "1e+12 (at rest from t = 1.23e+03)" in g and "| – (at rest) |" in g and "| 9.0 (1e+12) |" in g, g
+    d = next(ln for ln in text.splitlines() if "GD at its stability limit" in ln)
+    assert "| 1× |" in d and "| not within the budget |" in d, d
     s = next(ln for ln in text.splitlines() if "SciPy DOP853" in ln)
     assert "a test reason" in s and "| 0.4× |" in s, s
     md = "# R\n\n## A\n\nx\n\n## Stiff flows\n\ny\n"
