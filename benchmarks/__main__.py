@@ -7,7 +7,11 @@ gradflow's jitted ``descend`` (so the flow-vs-GD ratio and the JIT-vs-Python rat
 tolerances vs DOP853, LSODA, Radau (time, steps, error against a tight reference); 1024 seeds
 batched vs a SciPy loop; scaling in ``t1``, ``n`` and seeds; one slow lane in a batch; the
 first call of a new model in fresh processes vs SciPy (``python -m benchmarks.first_call``, one
-small row under ``--quick``); then the solve costs (``python -m benchmarks.costs``, ``COSTS.md``) and their verdicts in this report
+small row under ``--quick``); large users' models (a deep linear net, an MLP, the Sec. 4 transformer):
+the flow time gradflow, GD at its stability limit and SciPy each reach in a wall-clock budget
+(``python -m benchmarks.large_models``; ``--large-budget`` seconds per method per model, default
+600, i.e. about 1.5 hours; 0 leaves the section out; ``--quick`` runs its tiny smoke mode); then
+the solve costs (``python -m benchmarks.costs``, ``COSTS.md``) and their verdicts in this report
 (``python -m benchmarks.targets``).
 Times are medians over repeats (the count is in each table; every baseline at least 3). ``--quick`` is a smoke run at
 small sizes whose numbers mean nothing.
@@ -35,6 +39,7 @@ from benchmarks.problems import BARE, TS_1E12, batch, draws, fig2_draws, flow, t
 
 from . import first_call
 from . import integrate_overhead
+from . import large_models
 from . import stiff as stiff_bench
 from .baselines import authors_gd, scipy_flow
 
@@ -416,17 +421,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run at small sizes (numbers meaningless)")
     p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="report path (default benchmarks/RESULTS.md)")
+    p.add_argument("--large-budget", type=float, default=600.0, metavar="SECONDS",
+                   help="section 'Large models': wall-clock seconds per method per model (default 600, the issue's: "
+                        "about 1.5 hours for the section; 0: leave the section out). Ignored under --quick")
     args = p.parse_args(argv)
     q = (lambda full, quick: quick) if args.quick else (lambda full, quick: full)
     R = (lambda k: 1) if args.quick else (lambda k: k)
-    cmd = "python -m benchmarks" + (" --quick" if args.quick else "")
+    cmd = "python -m benchmarks" + (" --quick" if args.quick else "") + (
+        f" --large-budget {args.large_budget:g}" if args.large_budget != 600 and not args.quick else "")
     start = time.perf_counter()
     res = {"machine": machine(), "versions": versions()}
     for name, fn in (("fig2", bench_fig2), ("tolerances", bench_tolerances), ("seeds", bench_seeds),
                      ("scaling", bench_scaling), ("slow_lane", bench_slow_lane), ("stiff", stiff_bench.bench),
                      ("integrate", lambda q, R: integrate_overhead.run(R(50))),
-                     ("first_call", lambda q, R: first_call.run(quick=args.quick))):
+                     ("first_call", lambda q, R: first_call.run(quick=args.quick)),
+                     ("large_models", lambda q, R: large_models.run(quick=True) if args.quick
+                      else large_models.run(budget=args.large_budget))):
         if name == "slow_lane" and args.quick:  # two implicit-solver compiles: too slow for a smoke run
+            continue
+        if name == "large_models" and not args.quick and args.large_budget <= 0:
             continue
         t0 = time.perf_counter()
         res[name] = fn(q, R)
@@ -434,6 +447,8 @@ def main(argv=None) -> int:
     text = report(res, cmd, args.quick, time.perf_counter() - start) + stiff_bench.report(res.get("stiff"))
     text = integrate_overhead.insert(text, integrate_overhead.section(res["integrate"]))
     text = first_call.insert(text, first_call.section(res["first_call"], cmd))
+    if "large_models" in res:
+        text = large_models.insert(text, large_models.section(res["large_models"], cmd))
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")

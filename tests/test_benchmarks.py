@@ -13,7 +13,8 @@ def test_quick_benchmark_writes_the_report(tmp_path):
     assert main(["--quick", "--out", str(out)]) == 0
     text = out.read_text()
     for heading in ("## Machine and versions", "## Targets against the GD loop and SciPy", "## Fig. 2 data", "## One trajectory to t = 1e12",
-                    "seeds to t = 1e12", "## Scaling", "## Stiff flows", "## Kinked maps", "## `integrate` vs `simulate`", "## First call of a new model", "Command: `python -m benchmarks --quick`"):
+                    "seeds to t = 1e12", "## Scaling", "## Stiff flows", "## Kinked maps", "## `integrate` vs `simulate`", "## First call of a new model",
+                    "## Large models: flow time reached in a fixed wall-clock budget", "Command: `python -m benchmarks --quick`"):
         assert heading in text, heading
     res = json.loads((tmp_path / "RESULTS.json").read_text())
     f2 = res["fig2"]
