@@ -159,7 +159,7 @@ def headline(d: dict) -> str:
                  f"≤ 400 steps: {_verdict(all(r['steps'] <= 400 for r in auto))}; ≥ 5×: "
                  + (_verdict(True) if not below else f"met except {', '.join(below)}" if len(below) < len(auto)
                     else _verdict(False))))
-    rows += _first_call_rows(d) + _scale_rows(d)
+    rows += _first_call_rows(d) + _scale_rows(d) + _large_rows(d)
     head = (f"Measured by `python -m benchmarks` (revision {m.get('git revision', '?')}, {m.get('cores', '?')} cores, "
             f"load average {m.get('load average (1 min) at start', float('nan')):.1f} at start) and `python -m "
             f"benchmarks.costs` (load average {costs.get('load', float('nan')):.1f}); millisecond timings move by up to "
@@ -200,6 +200,25 @@ def _scale_rows(d: dict) -> list[tuple[str, str, str]]:
              f"warm **{by_d[64]['warm_s']:.2f} s** and **{b['warm_s']:.2f} s**, {b['rss_mib']:.0f} MiB above import at "
              f"{b['n']} states; warm time ∝ n^{slope:.2f} from {a['n']} states",
              f"≤ 5 s, ≤ 60 s, ≤ 1 GiB, exponent ≤ 1.5: {_verdict(ok)}")]
+
+
+def _large_rows(d: dict) -> list[tuple[str, str, str]]:
+    """Large users' models (``LARGE_MODELS.json``): flow time gradflow reached in the budget
+    against GD at its stability limit, per model."""
+    lg = d.get("large")
+    if not lg or lg.get("quick"):
+        return []
+    by = {(r["model"], r["method"]): r for r in lg["rows"]}
+    parts = []
+    for model in dict.fromkeys(r["model"] for r in lg["rows"]):
+        g, gd = by.get((model, "gradflow")), by.get((model, "gd"))
+        if not g or not gd:
+            continue
+        reached = (f"at rest from t = {g['t_rest']:.3g} (in {g['wall_s']:.0f} s)" if g.get("status") == "at rest"
+                   else f"t = {g['t']:.3g}")
+        parts.append(f"{model} ({g['n']:,}): gradflow {reached}, GD t = {gd['t']:.3g}")
+    return [(f"large users' models, flow time reached in {lg['budget_s']:.0f} s per method (`python -m "
+             f"benchmarks.large_models`, {lg['measured']})", "; ".join(parts), "–")]
 
 
 def stiff(d: dict) -> str:

@@ -1,11 +1,9 @@
 """``benchmarks/large_models.py``: its quick mode end to end (every model, every method, in this
 process), the choice of the reported checkpoint, and its report from given numbers. No speed is
-asserted beyond the smoke run's own wall time: the numbers come from ``python -m benchmarks.large_models``."""
+asserted: the numbers come from ``python -m benchmarks.large_models``."""
 
 import json
 import math
-import os
-import time
 
 import pytest
 
@@ -16,13 +14,7 @@ LABELS = {"gradflow": "gradflow `integrate` (auto)", "gd": "GD at its stability 
 
 def test_quick_mode_writes_every_model_and_method(tmp_path):
     out = tmp_path / "LARGE_MODELS.md"
-    start = time.perf_counter()
-    assert lm.main(["--quick", "--out", str(out)]) == 0
-    elapsed = time.perf_counter() - start
-    # under 60 s on two cores to itself (~35 s measured); on a machine shared with other work the
-    # wall time grows with the load (its compiles dominate): the bound scales with load per core
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    assert elapsed < 60 * max(1.0, load), f"the quick mode took {elapsed:.0f} s (load per core {load:.1f})"
+    assert lm.main(["--quick", "--out", str(out)]) == 0  # ~35 s on two cores (not asserted: no timed tests)
     text = out.read_text()
     res = json.loads((tmp_path / "LARGE_MODELS.json").read_text())
     assert res["quick"] and res["budget_s"] == lm.QUICK_BUDGET
