@@ -327,7 +327,7 @@ ENGINE_MUTATIONS = (
     Mutation("rosenbrock_solution_weight", "gradflow/_engine/rosenbrock.py",
              "m=np.append(_A[5], 1.0),  # y1 = u_6 + k_6", "m=np.append(_A[5], 1.001),  # y1 = u_6 + k_6",
              "RODAS4's solution weight m_6 = 1.001 instead of 1",
-             "tests/test_engine_interior.py::test_tableaux_satisfy_their_order_conditions"),
+             "tests/test_engine_interior.py::test_stability_functions_match_the_exponential_to_their_order"),
     # ---- rounds, buckets and the finish (gradflow/_engine/batch.py)
     Mutation("step_budget_ignored", "gradflow/_engine/solvers.py",
              "& (taken >= self.budget) &", "& (taken >= self.budget + 10**6) &",

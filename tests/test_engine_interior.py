@@ -225,3 +225,54 @@ def test_round_of_refuses_a_round_longer_than_its_cap():
     for bad in (0, 513):
         with pytest.raises(ValueError, match="round of"):
             S.Round.of(3, bad, 512)
+
+
+def _stability_series(tab, order: int = 6):
+    """The Taylor coefficients ``r_0 … r_order`` of the stability function ``R(z)`` of ``tab``
+    (one step on ``y' = λy``, ``h = 1``, ``y0 = 1``), in exact rational arithmetic on the
+    tableau's float coefficients: the stages ``(1/γ − z) k_i = z (1 + Σ a_ij k_j) + Σ C_ij k_j``
+    as truncated power series in ``z``."""
+    from fractions import Fraction as F
+
+    N = order + 1
+    add = lambda p, q: [x + y for x, y in zip(p, q)]
+    scale = lambda c, p: [F(c) * x for x in p]
+    shift = lambda p: [F(0)] + p[:-1]  # z · p
+    gamma = F(tab.gamma)
+    inv = [gamma ** (n + 1) for n in range(N)]  # 1/(1/γ − z) = γ Σ (γ z)^n
+
+    def mul(p, q):
+        return [sum((p[i] * q[n - i] for i in range(n + 1)), F(0)) for n in range(N)]
+
+    one = [F(1)] + [F(0)] * order
+    ks = []
+    for i in range(len(tab.c)):
+        u = one
+        for j in range(i):
+            u = add(u, scale(tab.a[i][j], ks[j]))
+        rhs = shift(u)
+        for j in range(i):
+            rhs = add(rhs, scale(tab.C[i][j], ks[j]))
+        ks.append(mul(rhs, inv))
+    R = one
+    for m, k in zip(tab.m, ks):
+        R = add(R, scale(m, k))
+    return R
+
+
+def test_stability_functions_match_the_exponential_to_their_order():
+    """``R(z) = Σ r_k z^k`` agrees with ``e^z`` term by term, ``r_k = 1/k!`` for ``k ≤ order``
+    (to the rounding of the published coefficients, 1e-12), computed exactly: unlike the
+    finite-difference order estimate above, this sees a perturbation of any size. Control:
+    RODAS4's solution weight ``m_6 = 1.001`` (a step changed by 0.1 % of its own error estimate,
+    invisible at any tolerance a solve is run at) breaks ``r_4``, and ROS34PW2 is not of order 4."""
+    import math
+
+    def defect(tab, k):
+        return abs(float(_stability_series(tab)[k]) - 1 / math.factorial(k))
+
+    for tab in (rosenbrock.RODAS4, rosenbrock.ROS34PW2):
+        assert max(defect(tab, k) for k in range(tab.order + 1)) < 1e-12, tab.name
+    bad = dataclasses.replace(rosenbrock.RODAS4, m=rosenbrock.RODAS4.m[:-1] + (1.001,))
+    assert max(defect(bad, k) for k in range(5)) > 1e-7
+    assert defect(rosenbrock.ROS34PW2, 4) > 1e-4
