@@ -422,7 +422,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="smoke run at small sizes (numbers meaningless)")
     p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="report path (default benchmarks/RESULTS.md)")
     p.add_argument("--large-budget", type=float, default=600.0, metavar="SECONDS",
-                   help="section 'Large models': wall-clock seconds per method per model (default 600, the issue's: "
+                   help="section 'Large models': wall-clock seconds per method per model (default 600: "
                         "about 1.5 hours for the section; 0: leave the section out). Ignored under --quick")
     args = p.parse_args(argv)
     q = (lambda full, quick: quick) if args.quick else (lambda full, quick: full)

@@ -668,7 +668,7 @@ def report(res: dict, cmd: str) -> str:
     m = res["machine"]
     budget = res["budget_s"]
     full = "" if budget >= 600 or res["quick"] else (
-        f" The issue asks for 600 s per method; this run used {budget:g} s (the full-budget run is "
+        f" The default is 600 s per method; this run used {budget:g} s (the full-budget run is "
         "`python -m benchmarks.large_models --budget 600`, about 1.5 hours).")
     starts = {}
     for r in res["rows"]:

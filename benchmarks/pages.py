@@ -174,7 +174,9 @@ def _first_call_rows(d: dict) -> list[tuple[str, str, str]]:
     main = next((r for r in fc["rows"] if r.get("main")), None) if fc else None
     if main is None:
         return []
-    lsoda = next(s["total_s"] for s in main["scipy"] if s["method"] == "LSODA")
+    lsoda = next((s["total_s"] for s in main["scipy"] if s["method"] == "LSODA"), None)
+    if lsoda is None:
+        return []
     first = main["first_s"]
     return [(f"a new model's first call: {main['label']} ({main['states']} parameters), `integrate` to "
              f"t1 = {_e(main['t1'])} in a fresh process (`python -m benchmarks.first_call`, {fc['measured']})",

@@ -36,6 +36,10 @@ def gradient_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: Array)
     Filippov field, the limit of gradient descent, when the logits are ``a`` itself; for a model
     whose logits depend on other parameters (the tied model) all three kinked maps slide along
     their kinks by :func:`_kink_sliding_field` (:data:`KINKED_MAPS`).
+
+    **Raises:** :class:`gradflow.GradflowValueError` (while tracing) for a kinked map on a model
+    that overrides ``logits`` with logits that are not one vector ``(n,)`` (the sliding rule solves
+    for one vector; such a model is refused rather than integrated without it).
     """
     if _logits_move(model) and any(_plain_map(model, name) for name in KINKED_MAPS):
         return _kink_sliding_field(model, loss, V, a)
@@ -199,7 +203,8 @@ def _kink_sides(name: str, zt: Array, gs: Array, band: float):
     on = s > 0
     tau = (jnp.sum(jnp.where(on, zt, 0.0)) - 1.0) / jnp.sum(on)
     h = zt - tau
-    kinked = jnp.abs(h) <= band * jnp.max(jnp.abs(h))
+    # the largest logit is on the support whatever the band (so the strict support is never empty)
+    kinked = (jnp.abs(h) <= band * jnp.max(jnp.abs(h))) & (zt < jnp.max(zt))
     strict = (h > 0) & ~kinked
     k0 = jnp.sum(strict).astype(zt.dtype)
     m0 = jnp.sum(jnp.where(strict, gs, 0.0)) / k0

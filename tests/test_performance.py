@@ -105,10 +105,11 @@ import gradflow
 sys.path.insert(0, ".")
 from tests.test_performance import _draw
 V0s, a0s, losses = _draw(5, 4, 6)                 # 6 lanes: padded to 8 over 4 devices
+V0s[0] *= 1e5                                     # one lane goes on to later rounds (and the detector)
 ts = np.geomspace(1e-2, 1e12, 12)
 many = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts)
 one = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts, devices=jax.devices()[:1])
-V0s[2] += 1e-3                                    # control: a perturbed lane must show up
+V0s[2] += 1.0                                     # control: a perturbed lane must show up (next to lane 0's scale)
 moved = gradflow.simulate_batch(losses, V0s, a0s, t1=1e12, ts=ts)
 rel = lambda x, y: float(np.max(np.abs(np.asarray(x.V) - np.asarray(y.V))) / np.max(np.abs(np.asarray(y.V))))
 print(json.dumps(dict(devices=jax.device_count(), sharded_over=len(many.V.sharding.device_set),
@@ -129,6 +130,7 @@ def test_sweep_on_simulated_devices_equals_one_device():
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["devices"] == 4 and res["sharded_over"] == 4 and res["one_over"] == 1 and res["ok"], res
     assert res["steps_many"] == res["steps_one"], res
+    assert max(res["steps_many"]) > _stiff.EXPLICIT_ROUND >= min(res["steps_many"]), res  # later rounds sharded too
     # kernels compiled for 2 lanes per device round differently from 6 lanes on one device, and
     # adaptive steps pass last-digit differences on: equal far inside the tolerance (rtol 1e-8)
     assert res["diff"] <= 1e-8, res

@@ -280,8 +280,9 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
     idx = np.concatenate([pending, np.full(size - k, pending[0])])
     whole = size == B and k == B
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
-    ends = ends if whole else _gather(ends, idx)
+    ends = _place(ends if whole else _gather(ends, idx), devices)
     lane_args = fargs if not settings.args_batched or whole else _gather(fargs, idx)
+    lane_args = _place(lane_args, devices) if settings.args_batched else lane_args
     h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
@@ -316,7 +317,8 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     before(first.solver)
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
     # power of two, every chunk to a multiple of the device count, by repeating the chunk's
-    # first lane), each chunk one fused call (set-up, solve, finish). Most runs end here; their
+    # first lane), each chunk its initial state (``_start``) and one fused call (solve and
+    # finish). Most runs end here; their
     # results are only concatenated. Merging each chunk into one state of all B lanes instead
     # would copy that state once per chunk.
     size = min(-(-B // n_dev) * n_dev, per_solve)

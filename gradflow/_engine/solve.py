@@ -322,7 +322,10 @@ def stiffness_of(flow: Flow, fargs, y_end, tau_end, tau_start, round_steps):
     run that ends in its first round never compiles it.
 
     **Arguments:** the lane's :class:`SolveState` fields ``y_end``, ``tau_end``, ``tau_start``,
-    ``round_steps``."""
+    ``round_steps``.
+
+    **Returns:** two float scalars in ``tau_end``'s dtype, ``h·ρ`` (dimensionless) and the
+    relative asymmetry ``‖(P − Pᵀ) v‖ / ‖P v‖`` of the parameter block (:func:`gradflow._engine.stiff.asymmetry`)."""
     field = lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs))
     dtau = (tau_end - tau_start) / jnp.maximum(round_steps, 1)
     return stiffness_ratio(field, y_end, dtau), asymmetry(field, y_end)

@@ -173,6 +173,8 @@ def make_controller(code: int | np.integer, rtol, atol, dtmin, budget=None, tau1
         ctrl = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
         if kind == "hold":  # hold the step size while it would barely grow: its inverse is reused
             ctrl = rosenbrock.HoldStep(ctrl, rosenbrock.HOLD_MAX)
+    if budget is not None and tau1 is None:
+        raise ValueError("make_controller: a step budget needs tau1, the end of the solve")
     return ctrl if budget is None else StepBudget(ctrl, budget, tau1)
 
 
@@ -185,7 +187,12 @@ class StepBudget(diffrax.AbstractAdaptiveStepSizeController):
     that fires at that step still wins), while ``max_steps`` itself, which diffrax needs as a
     Python integer, stays one constant (the longest round). So rounds of any length run one
     compiled program per solver instead of one per length (the engine's first round is shorter
-    than the later ones)."""
+    than the later ones).
+
+    **Arguments:** ``inner`` the step-size controller that decides the steps; ``budget`` the most
+    steps, an integer scalar array (traced); ``tau1`` the end of the solve, a float scalar in the
+    solve's time variable (the engine's log time ``τ = log(1 + t)``): a step that reaches it ends
+    the solve ``successful`` even on the budget's last step."""
 
     inner: diffrax.AbstractAdaptiveStepSizeController
     budget: Any
@@ -204,7 +211,7 @@ class StepBudget(diffrax.AbstractAdaptiveStepSizeController):
         return self.inner.norm
 
     def wrap(self, direction):
-        return StepBudget(self.inner.wrap(direction), self.budget, self.tau1)
+        return StepBudget(self.inner.wrap(direction), self.budget, self.tau1 * direction)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, state = self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
