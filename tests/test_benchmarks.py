@@ -18,8 +18,10 @@ def test_quick_benchmark_writes_the_report(tmp_path):
         assert heading in text, heading
     res = json.loads((tmp_path / "RESULTS.json").read_text())
     f2 = res["fig2"]
-    # the persistent cache: the first cold process compiles and stores, the second loads everything
-    assert f2["first_misses"] > 0 and f2["cached_hits"] >= f2["first_misses"] and f2["cached_misses"] == 0, f2
+    # the persistent cache: the first cold process compiles and stores, the second compiles nothing
+    # (it loads the stored solve programs from gradflow-exported/, which JAX does not count as cache
+    # hits, and the rest from JAX's cache)
+    assert f2["first_misses"] > 0 and f2["cached_misses"] == 0, f2
     # every method reaches the tight reference to within a few hundred times its tolerance (a timing
     # table of wrong answers would be worthless); the looser the tolerance, the larger the error
     rows = res["tolerances"]
