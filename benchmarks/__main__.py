@@ -37,6 +37,7 @@ from gradflow.internal import default_record, engine_batch as _batch, engine_sti
 from gradflow.io import atomic_write
 from benchmarks.problems import BARE, TS_1E12, batch, draws, fig2_draws, flow, tolerance_case
 
+from . import _report
 from . import first_call
 from . import integrate_overhead
 from . import large_models
@@ -246,13 +247,7 @@ def versions():
 def machine():
     import jax
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    cpu, rev = _report.cpu_and_revision()
     return {"cpu": cpu, "cores": os.cpu_count(), "load average (1 min) at start": os.getloadavg()[0],
             "platform": platform.platform(), "jax devices": str(jax.devices()), "git revision": rev or "unknown"}
 

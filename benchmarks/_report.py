@@ -1,8 +1,52 @@
 """Report helpers shared by the benchmark modules and ``benchmarks.pages``: a generated section of
-a Markdown report, and the stiff family's ratio to SciPy LSODA at equal accuracy (no JAX, no
-SciPy: the pages are regenerated from the JSON alone)."""
+a Markdown report, a standalone report written atomically, the machine's CPU and revision, and the
+stiff family's ratio to SciPy LSODA at equal accuracy (no JAX, no SciPy: the pages are regenerated
+from the JSON alone)."""
 
 from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def cpu_and_revision() -> tuple[str, str]:
+    """The CPU's model name (``/proc/cpuinfo``, else :func:`platform.processor`) and the checkout's
+    short git revision (``"unknown"`` outside a git checkout)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return cpu, rev or "unknown"
+
+
+def section(begin: str, end: str, heading: str, body: str) -> str:
+    """A ``RESULTS.md`` section: ``## heading`` and ``body`` between the markers ``begin`` … ``end``
+    (replaced in place by later runs, :func:`insert`)."""
+    return f"{begin}\n## {heading}\n\n{body}{end}\n"
+
+
+def insert(md: str, text: str, begin: str, end: str) -> str:
+    """``md`` with the section ``text`` (:func:`section`) replaced, or put before "Stiff flows"."""
+    return put_section(md, text, begin, end, md.find("\n## Stiff flows"))
+
+
+def write_report(out: str, title: str, body: str, res: dict, default=str) -> str:
+    """Write ``# title`` and ``body`` to ``out`` and ``res`` as JSON beside it (``.json``), each
+    atomically (:func:`gradflow.io.atomic_write`); ``default`` serialises what JSON cannot.
+    Returns the Markdown written."""
+    from gradflow.io import atomic_write
+
+    text = f"# {title}\n\n{body}"
+    atomic_write(out, lambda f: f.write(text.encode()))
+    atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=default).encode()))
+    return text
 
 
 def put_section(md: str, text: str, begin: str, end: str, anchor: int) -> str:

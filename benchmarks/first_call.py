@@ -51,6 +51,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from . import _report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -584,23 +586,16 @@ def report(res: dict, cmd: str = "python -m benchmarks.first_call") -> str:
 
 def section(res: dict, cmd: str) -> str:
     """The ``RESULTS.md`` section (between markers, replaced in place by later runs)."""
-    return f"{BEGIN}\n## First call of a new model\n\n{report(res, cmd)}{END}\n"
+    return _report.section(BEGIN, END, "First call of a new model", report(res, cmd))
 
 
 def insert(md: str, text: str) -> str:
-    from ._report import put_section
-
-    return put_section(md, text, BEGIN, END, md.find("\n## Stiff flows"))
+    return _report.insert(md, text, BEGIN, END)
 
 
 def write(res: dict, out: str, cmd: str) -> str:
-    from gradflow.io import atomic_write
-
-    text = "# First call of a user's own model: gradflow vs SciPy in one fresh process\n\n" + report(res, cmd)
-    atomic_write(out, lambda f: f.write(text.encode()))
-    atomic_write(os.path.splitext(out)[0] + ".json",
-                 lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
-    return text
+    return _report.write_report(out, "First call of a user's own model: gradflow vs SciPy in one fresh process",
+                         report(res, cmd), res, default=str)
 
 
 def main(argv=None) -> int:

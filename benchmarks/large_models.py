@@ -88,6 +88,8 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from . import _report
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
@@ -540,14 +542,8 @@ def _child(name: str, method: str, budget: float, quick: bool) -> int:
 
 # ----------------------------------------------------------------------------- the whole run
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return dict(cpu=cpu, cores=os.cpu_count(), platform=platform.platform(), git_revision=rev or "unknown")
+    cpu, rev = _report.cpu_and_revision()
+    return dict(cpu=cpu, cores=os.cpu_count(), platform=platform.platform(), git_revision=rev)
 
 
 def run(budget: float | None = None, quick: bool = False, only=None, isolate: bool | None = None,
@@ -699,22 +695,16 @@ def report(res: dict, cmd: str) -> str:
 
 def section(res: dict, cmd: str) -> str:
     """The ``RESULTS.md`` section (between markers, replaced in place by later runs)."""
-    return f"{BEGIN}\n## Large models: flow time reached in a fixed wall-clock budget\n\n{report(res, cmd)}{END}\n"
+    return _report.section(BEGIN, END, "Large models: flow time reached in a fixed wall-clock budget", report(res, cmd))
 
 
 def insert(md: str, text: str) -> str:
-    from ._report import put_section
-
-    return put_section(md, text, BEGIN, END, md.find("\n## Stiff flows"))
+    return _report.insert(md, text, BEGIN, END)
 
 
 def write(res: dict, out: str, cmd: str) -> str:
-    from gradflow.io import atomic_write
-
-    text = "# Large users' models: flow time reached in a fixed wall-clock budget\n\n" + report(res, cmd)
-    atomic_write(out, lambda f: f.write(text.encode()))
-    atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=float).encode()))
-    return text
+    return _report.write_report(out, "Large users' models: flow time reached in a fixed wall-clock budget",
+                         report(res, cmd), res, default=float)
 
 
 def main(argv=None) -> int:
