@@ -90,7 +90,8 @@ the logit's own motion takes to cross the scale of ``h``), so that integration e
 it out of :data:`SLIDING_BAND`; ``|r_i h_i| ≤ 1e-6`` of that jump."""
 
 SLIDING_ITERATIONS = 8
-"""Active-set iterations of :func:`_kink_sliding_field` (each one ``n × n`` solve); a set of
+"""Active-set iterations of :func:`_kink_sliding_field` (each one ``n × n`` solve, and one more
+for the final sets); a set of
 sliding logits it has not settled in this many gives a ``NaN`` field (status ``nonfinite``)."""
 
 KINKED_MAPS = frozenset({"l1", "relu", "sparsemax"})
@@ -182,7 +183,6 @@ def _kink_sides(name: str, zt: Array, gs: Array, band: float):
     except sparsemax, ``1_{S0}/|S0|`` on the strict support ``S0``: the threshold moves with the
     support). ``c_i > 0`` is a convex kink (``L ≈ c_i·relu(h_i)`` nearby, or ``c_i/2·|h_i|``
     for l1), where the flow can slide; ``c_i ≤ 0`` a concave one, which it never slides along."""
-    n = zt.shape[-1]
     zero = jnp.zeros_like(zt)
     if name == "relu":
         p = jax.nn.relu(zt)
@@ -284,18 +284,18 @@ def _kink_sliding_field(model: AbstractModel, loss: AbstractLoss, V: Array, a: A
         return w, hdot0 - K @ w
 
     def update(sets):
+        """The next active sets, and ``w`` solved on the current ones."""
         lo, hi = sets
         free = convex & ~lo & ~hi
         w, hdot = solve(free, hi)
         lo_new = convex & ((free & (w < 0)) | (lo & (hdot <= 0)))
         hi_new = convex & ((free & (w > c)) | (hi & (hdot >= 0)))
-        return lo_new, hi_new
+        return (lo_new, hi_new), w
 
     none = jnp.zeros(n, bool)
-    lo, hi = jax.lax.fori_loop(0, SLIDING_ITERATIONS, lambda _, sets: update(sets), (none, none))
-    lo_next, hi_next = update((lo, hi))
+    lo, hi = jax.lax.fori_loop(0, SLIDING_ITERATIONS, lambda _, sets: update(sets)[0], (none, none))
+    (lo_next, hi_next), w = update((lo, hi))  # w on the final sets; they are settled if unchanged
     settled = jnp.all(lo_next == lo) & jnp.all(hi_next == hi)
-    w, _ = solve(convex & ~lo & ~hi, hi)
     gz = gz0 + lift @ jnp.where(kinked, w, 0.0)
     gz = jnp.where(settled, gz, jnp.nan)
     return field(gz)
