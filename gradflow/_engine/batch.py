@@ -268,6 +268,22 @@ def _stiffness_jit(flow, fargs, ends, args_batched: bool):
     return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end), args_batched, 4)(fargs, *ends)
 
 
+def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices):
+    """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``) and
+    of ``fargs`` (if ``args_batched``) as one bucket (:func:`_bucket`), placed on ``devices``.
+    Returns ``(idx, dest, fields, fargs)``: ``idx`` the bucket's lanes (padding lanes repeat the
+    first pending lane), ``dest`` where each goes back in the state (``B``, dropped, for padding)."""
+    k = pending.size
+    size = _bucket(k, B, len(devices))
+    idx = np.concatenate([pending, np.full(size - k, pending[0])])
+    dest = np.concatenate([pending, np.full(size - k, B)])
+    whole = size == B and k == B
+    fields = _place(fields if whole else _gather(fields, idx), devices)
+    if args_batched:
+        fargs = _place(fargs if whole else _gather(fargs, idx), devices)
+    return idx, dest, fields, fargs
+
+
 def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
     """``(h·ρ, asymmetry)`` of the lanes ``pending`` after their last round (NumPy ``(k,)``;
     ``NaN`` unless ``flow.detect_stiffness``): :func:`gradflow._engine.solve.stiffness_of`, on a
@@ -275,14 +291,8 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
     k = pending.size
     if not flow.detect_stiffness:
         return np.full(k, np.nan), np.full(k, np.nan)
-    B = state.code.shape[0]
-    size = _bucket(k, B, len(devices))
-    idx = np.concatenate([pending, np.full(size - k, pending[0])])
-    whole = size == B and k == B
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
-    ends = _place(ends if whole else _gather(ends, idx), devices)
-    lane_args = fargs if not settings.args_batched or whole else _gather(fargs, idx)
-    lane_args = _place(lane_args, devices) if settings.args_batched else lane_args
+    _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices)
     h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
@@ -290,15 +300,8 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
 def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices):
     """Advance the lanes ``pending`` by one round ``rnd`` (at most ``rnd.steps`` steps of solver
     ``rnd.solver``); merge into ``state``."""
-    args_batched = settings.args_batched
-    B, k = state.code.shape[0], pending.size
-    size = _bucket(k, B, len(devices))
-    idx = np.concatenate([pending, np.full(size - k, pending[0])])  # padding lanes repeat one lane
-    dest = np.concatenate([pending, np.full(size - k, B)])  # ... and are dropped when merging
-    whole = size == B and k == B
-    lane_args = fargs if not args_batched or whole else _gather(fargs, idx)
-    start = (state.y_end, state.tau_end) if whole else _gather((state.y_end, state.tau_end), idx)
-    (y_start, tau_start), lane_args = _place(start, devices), (_place(lane_args, devices) if args_batched else fargs)
+    idx, dest, (y_start, tau_start), lane_args = _lanes(
+        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices)
     out = _solve_jit(flow, lane_args, y_start, tau_start, settings.replace(lane=None), rnd)
     return _merge(state, out, idx, dest)
 
