@@ -42,7 +42,7 @@ def test_solver_table_builds_the_documented_methods():
             assert solver.tableau is tableau and type(solver.linear) is linear, name
         ctrl = solvers.make_controller(code, 1e-8, 1e-10, 1e-12)
         if controller == "hold":
-            assert isinstance(ctrl, rosenbrock.HoldStep) and ctrl.pid.pcoeff == 0.3 and ctrl.pid.icoeff == 0.4
+            assert isinstance(ctrl, rosenbrock.HoldStep) and ctrl.inner.pcoeff == 0.3 and ctrl.inner.icoeff == 0.4
         else:
             assert isinstance(ctrl, diffrax.PIDController), name
             assert (ctrl.pcoeff, ctrl.icoeff) == ((0.3, 0.4) if controller == "pid-implicit" else (0, 1)), name

@@ -56,7 +56,7 @@ from jax.flatten_util import ravel_pytree
 from . import _pinned
 
 __all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
-           "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "HoldStep", "HOLD_MAX",
+           "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "WrappingController", "HoldStep", "HOLD_MAX",
            "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_FLOOR", "KRYLOV_MAX_STEPS"]
 
 # --- the methods' coefficients ----------------------------------------------------------------
@@ -574,35 +574,42 @@ def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
     return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS))
 
 
-class HoldStep(diffrax.AbstractAdaptiveStepSizeController):
-    """A :class:`diffrax.PIDController` that keeps the current step size when it would grow it
-    by a factor in ``[1, HOLD_MAX]`` (Hairer & Wanner 1996, Sec. IV.8, the step size strategy of
-    RADAU5), so that :func:`Ros34pw2` can reuse ``W⁻¹``. Accepting, rejecting and shrinking
-    are the PID controller's."""
+class WrappingController(diffrax.AbstractAdaptiveStepSizeController):
+    """A step-size controller that wraps another, ``inner``, and reads its tolerances and norm
+    from it (:class:`HoldStep`, :class:`gradflow._engine.solvers.StepBudget`)."""
 
-    pid: diffrax.PIDController
-    hold: float = HOLD_MAX
+    inner: eqx.AbstractVar[diffrax.AbstractAdaptiveStepSizeController]
 
     @property
     def rtol(self):
-        return self.pid.rtol
+        return self.inner.rtol
 
     @property
     def atol(self):
-        return self.pid.atol
+        return self.inner.atol
 
     @property
     def norm(self):
-        return self.pid.norm
+        return self.inner.norm
+
+
+class HoldStep(WrappingController):
+    """A :class:`diffrax.PIDController` (``inner``) that keeps the current step size when it would
+    grow it by a factor in ``[1, HOLD_MAX]`` (Hairer & Wanner 1996, Sec. IV.8, the step size
+    strategy of RADAU5), so that :func:`Ros34pw2` can reuse ``W⁻¹``. Accepting, rejecting and
+    shrinking are the PID controller's."""
+
+    inner: diffrax.PIDController
+    hold: float = HOLD_MAX
 
     def wrap(self, direction):
-        return HoldStep(self.pid.wrap(direction), self.hold)
+        return HoldStep(self.inner.wrap(direction), self.hold)
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
-        return self.pid.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return self.inner.init(terms, t0, t1, y0, dt0, args, func, error_order)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        keep, next_t0, next_t1, made_jump, state, result = self.pid.adapt_step_size(
+        keep, next_t0, next_t1, made_jump, state, result = self.inner.adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state)
         h, proposed = t1 - t0, next_t1 - next_t0
         hold = keep & (proposed >= h) & (proposed <= self.hold * h)

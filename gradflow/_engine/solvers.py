@@ -178,7 +178,7 @@ def make_controller(code: int | np.integer, rtol, atol, dtmin, budget=None, tau1
     return ctrl if budget is None else StepBudget(ctrl, budget, tau1)
 
 
-class StepBudget(diffrax.AbstractAdaptiveStepSizeController):
+class StepBudget(rosenbrock.WrappingController):
     """``inner``'s step-size control, and the solve ended (result ``max_steps_reached``) once
     ``budget`` steps (accepted and rejected) are taken short of the end ``tau1``.
 
@@ -197,18 +197,6 @@ class StepBudget(diffrax.AbstractAdaptiveStepSizeController):
     inner: diffrax.AbstractAdaptiveStepSizeController
     budget: Any
     tau1: Any
-
-    @property
-    def rtol(self):
-        return self.inner.rtol
-
-    @property
-    def atol(self):
-        return self.inner.atol
-
-    @property
-    def norm(self):
-        return self.inner.norm
 
     def wrap(self, direction):
         return StepBudget(self.inner.wrap(direction), self.budget, self.tau1 * direction)
