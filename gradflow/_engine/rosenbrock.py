@@ -193,6 +193,56 @@ def _stages(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     return y1, unravel(_combine(tab.e, ks)), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
 
 
+def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
+    """:func:`_stages` with the stages after the first in one ``lax.scan``: the field and the
+    stage solve are traced twice (the first stage and the loop body) instead of once per stage,
+    so the compiled step is smaller when the field is a large model (a transformer's gradient
+    and its linearisation in every stage solve). The arithmetic is that of :func:`_stages` in the
+    same order (coefficients that are zero or one add and multiply exactly), so the two give the
+    same numbers (``tests/test_stiff.py``). A strategy's per-solve records (:class:`Krylov`'s
+    counters) come out of the loop stacked along a leading stage axis."""
+    h = t1 - t0
+    s = len(tab.c)
+    dtype = flat0.dtype
+    a, C = jnp.asarray(tab.a, dtype), jnp.asarray(tab.C, dtype)
+    c, d = jnp.asarray(tab.c, dtype), jnp.asarray(tab.d, dtype)
+    has_C = jnp.asarray([any(row[:i]) for i, row in enumerate(tab.C)])
+    rhs0 = f0 + (h * tab.d[0]) * ft if tab.d[0] != 0.0 else f0
+    ks = jnp.zeros((s,) + flat0.shape, dtype).at[0].set(solve(rhs0))
+    records = getattr(solve, "records", None)
+
+    def weighted(coeffs, ks, i):
+        # Σ_{j<i} coeffs_j k_j from zero, term by term in the order of :func:`_combine`
+        total = jnp.zeros_like(flat0)
+        for j in range(s - 1):
+            total = total + jnp.where((j < i) & (coeffs[j] != 0.0), coeffs[j] * ks[j], 0.0)
+        return total
+
+    def stage(ks, i):
+        fi = f(t0 + c[i] * h, flat0 + weighted(a[i], ks, i))
+        rhs = jnp.where(d[i] != 0.0, fi + (h * d[i]) * ft, fi)
+        rhs = jnp.where(has_C[i], rhs + weighted(C[i], ks, i) / h, rhs)
+        before = None if records is None else len(records)
+        k = solve(rhs)
+        new = () if records is None else tuple(records[before:])
+        if records is not None:
+            del records[before:]
+        return ks.at[i].set(k), new
+
+    ks, new = jax.lax.scan(stage, ks, jnp.arange(1, s))
+    if records is not None:
+        records.extend(new)
+    ks = list(ks)
+    unit_last = tab.m[-1] == 1.0
+    n = len(ks) - unit_last
+    flat1 = _combine(tab.m[:n], ks[:n], flat0)
+    if unit_last:
+        flat1 = flat1 + ks[-1]
+    f1 = f(t1, flat1)
+    y1 = unravel(flat1)
+    return y1, unravel(_combine(tab.e, ks)), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+
+
 # --- how W⁻¹ r is applied -------------------------------------------------------------------------
 
 class DenseLU(eqx.Module):
@@ -465,13 +515,15 @@ class Krylov(eqx.Module):
             calls.append((iterations, fallback))
             return x
 
+        solve.records = calls  # :func:`_stages_looped` hands the loop's records back through it
         return solve, _KrylovCount(state, calls)
 
     def finish(self, state):
-        """The counters after the step's stage solves (called by :meth:`Rosenbrock.step`)."""
-        its = jnp.stack([c[0] for c in state.calls]).astype(jnp.int32)
-        fb = sum(c[1].astype(jnp.int32) for c in state.calls)
-        step = jnp.stack([jnp.sum(its), jnp.asarray(len(state.calls)), fb, jnp.zeros(())]).astype(jnp.int32)
+        """The counters after the step's stage solves (called by :meth:`Rosenbrock.step`); a
+        record of a loop of solves (:func:`_stages_looped`) holds one entry per solve."""
+        its = jnp.concatenate([jnp.ravel(c[0]) for c in state.calls]).astype(jnp.int32)
+        fb = sum(jnp.sum(c[1].astype(jnp.int32)) for c in state.calls)
+        step = jnp.stack([jnp.sum(its), jnp.asarray(its.size), fb, jnp.zeros(())]).astype(jnp.int32)
         return (state.before + step).at[3].set(jnp.maximum(state.before[3], jnp.max(its)))
 
 
@@ -502,6 +554,7 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
 
     tableau: Tableau = eqx.field(static=True)
     linear: eqx.Module
+    looped: bool = eqx.field(static=True, default=False)
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
 
@@ -525,7 +578,8 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
 
         f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
         solve, state = self.linear.prepare(f, t0, t1 - t0, self.tableau.gamma, flat0, _split(y0), solver_state)
-        y1, err, dense_info = _stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
+        stages = _stages_looped if self.looped else _stages
+        y1, err, dense_info = stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
         if hasattr(self.linear, "finish"):  # state that depends on the stage solves (:class:`Krylov`)
             state = self.linear.finish(state)
         return y1, err, dense_info, state, diffrax.RESULTS.successful
@@ -565,13 +619,17 @@ def EigenRodas4(iterations: int = REFINE, time_factor=jnp.exp) -> Rosenbrock:
     return Rosenbrock(RODAS4, EigenRefined(time_factor, iterations))
 
 
+LOOPED_KRYLOV = True
+""":func:`KrylovRodas4` runs its stages after the first in a loop (:func:`_stages_looped`)."""
+
+
 def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
     """RODAS4 with the exact Jacobian applied by Jacobian–vector products and every stage system
     solved by conjugate gradients to :data:`KRYLOV_FRACTION` of the step controller's ``rtol``,
     ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the implicit phase of ``auto`` for
     gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters):
     the steps and errors of :func:`Rodas4`, memory ``O(n)``, no factorisation."""
-    return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS))
+    return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS), looped=LOOPED_KRYLOV)
 
 
 class WrappingController(diffrax.AbstractAdaptiveStepSizeController):
