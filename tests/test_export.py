@@ -103,6 +103,35 @@ def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp
     assert program.read_bytes() == bytes(blob)  # rewritten whole (the exported program is deterministic)
 
 
+@pytest.mark.skipif(not _pinned.EXPORT_ACTIVE, reason="serialised solves are off on an untested jax (gradflow/_engine/_pinned.py)")
+def test_an_executable_from_jaxs_cache_is_not_stored_again(tmp_path):
+    """jaxlib 0.10.2 on CPU: an executable that came from JAX's persistent compilation cache,
+    serialised again, has lost its kernels (running it in a later process fails with ``NOT_FOUND:
+    Function ... not found``; two ``gradflow reproduce`` workers compiling the same solve stored
+    such files). Process 1 stores the solve; its artefacts are removed, JAX's cache kept; process 2
+    traces again and its compile comes from JAX's cache: it stores the program but no executable;
+    process 3 compiles the stored program afresh and stores that executable; process 4 loads it.
+    Every process gives bitwise the result of a process without any cache. (Before the fix,
+    process 2 stored the kernel-less executable and process 3 failed.)"""
+    import shutil
+
+    cache = tmp_path / "cache"
+    _, ref = _run(tmp_path, "none", "ref", "3:dopri8")
+    _run(tmp_path, cache, "first", "3:dopri8")
+    shutil.rmtree(cache / _export.FOLDER)
+    stats2, second = _run(tmp_path, cache, "second", "3:dopri8")
+    assert stats2 == _stats(stored=1), stats2
+    names = os.listdir(cache / _export.FOLDER)
+    assert len(names) == 1 and not names[0].endswith(".xla"), names  # the program only
+    stats3, third = _run(tmp_path, cache, "third", "3:dopri8")
+    assert stats3 == _stats(from_exported=1), stats3
+    assert sorted(os.listdir(cache / _export.FOLDER)) == [names[0], names[0] + ".xla"]
+    stats4, fourth = _run(tmp_path, cache, "fourth", "3:dopri8")
+    assert stats4 == _stats(loaded=1), stats4
+    for run in (second, third, fourth):
+        assert _same_bits(run, ref, "3:dopri8")
+
+
 def test_damaged_or_foreign_artefacts_are_not_loaded(tmp_path):
     """``_read`` returns the program of an intact file of its key only: a truncated file, a flipped
     byte, another key's file (a hash collision of file names) and garbage give ``None``; the

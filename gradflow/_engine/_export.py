@@ -51,6 +51,7 @@ import hashlib
 import os
 import sys
 import tempfile
+import threading
 import types
 
 import jax
@@ -450,21 +451,52 @@ def _flat_call(exported):
     return flat
 
 
+_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+"""The event JAX records when an executable comes from its persistent compilation cache
+(``jax._src.compiler``, jax 0.10.2)."""
+
+_hits = threading.local()
+
+
+def _on_event(event: str, **kwargs) -> None:
+    if event == _CACHE_HIT_EVENT:
+        _hits.count = getattr(_hits, "count", 0) + 1
+
+
+jax.monitoring.register_event_listener(_on_event)
+
+
+def _compile_fresh(lowered):
+    """``lowered.compile()`` and whether XLA compiled it here (``False``: it came from JAX's
+    persistent compilation cache, as this thread's cache-hit events tell)."""
+    before = getattr(_hits, "count", 0)
+    program = lowered.compile()
+    return program, getattr(_hits, "count", 0) == before
+
+
 def _compile_and_store(exported, path: str, key: str, lowered=None):
     """Compile ``lowered`` (default: ``exported`` lowered; JAX's compilation cache applies),
-    store its executable (when it can be serialised) and return the callable (``None`` if it
-    does not compile)."""
+    store its executable (when it can be serialised, and only when XLA compiled it in this
+    process) and return the callable (``None`` if it does not compile).
+
+    An executable that came from JAX's persistent compilation cache is never stored: with jaxlib
+    0.10.2 on CPU, serialising it again gives an executable without its compiled kernels, which
+    fails when run in a later process (``NOT_FOUND: Function ... not found``; seen when two
+    ``gradflow reproduce`` workers compiled the same program, or when two keys lower to the same
+    module; ``tests/test_export.py``). Without the stored executable, a later process compiles
+    the stored program, which JAX's cache then serves."""
     try:
         if lowered is None:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
             lowered = jax.jit(_flat_call(exported)).lower(*specs)
-        program = lowered.compile()
+        program, fresh = _compile_fresh(lowered)
     except Exception:  # noqa: BLE001 - e.g. a program this backend cannot run: the caller traces
         return None
     try:
-        payload, in_tree, out_tree = _pinned.serialize_executable().serialize(program)
-        if in_tree == _trees(exported)[0] and out_tree in (exported.out_tree, _trees(exported)[1]):
-            _write(path + _EXECUTABLE, _frame(key, payload))
+        if fresh:
+            payload, in_tree, out_tree = _pinned.serialize_executable().serialize(program)
+            if in_tree == _trees(exported)[0] and out_tree in (exported.out_tree, _trees(exported)[1]):
+                _write(path + _EXECUTABLE, _frame(key, payload))
     except Exception:  # noqa: BLE001 - not serialisable, or a read-only folder: nothing stored
         pass
     if program.out_tree == exported.out_tree:
