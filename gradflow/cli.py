@@ -30,8 +30,7 @@ def _progress(args) -> bool:
 
 
 def _cmd_figures(args) -> int:
-    from gradflow.sims.build import build
-    from gradflow.sims.registry import figure_ids, get_figure
+    from gradflow.sims.registry import figure_groups, figure_ids, get_figure
 
     if args.list:
         for fig_id in figure_ids():
@@ -41,17 +40,60 @@ def _cmd_figures(args) -> int:
     ids = args.ids or figure_ids()
     for fig_id in ids:  # validate all ids before building any
         get_figure(fig_id)
+    groups = figure_groups(ids)
+    if _jobs(args, len(groups)) == 1:
+        return _build_figures(ids, _figure_settings(args, ids), _progress(args))
+    for _ in _in_parallel(args, [(_build_figures, (group, _figure_settings(args, group), False)) for group in groups]):
+        pass
+    return 0
+
+
+def _figure_settings(args, ids) -> dict:
+    """What :func:`_build_figures` needs of the command's arguments (picklable, for a worker)."""
+    from gradflow.sims.registry import get_figure
+
+    # reproduce: figures whose paper scale takes hours stay quick unless --paper-scale
+    quick = {fig_id: bool(args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale))
+             for fig_id in ids}
+    return dict(out=args.out, quick=quick, force=args.force, verbose=args.verbose)
+
+
+def _build_figures(ids, settings: dict, progress: bool) -> int:
+    """Build ``ids`` in order into ``settings["out"]``, one line each (the whole of a serial run, or
+    one piece of a parallel one: :func:`_in_parallel`)."""
+    from gradflow.sims.build import build
+
     for fig_id in ids:
         start = time.perf_counter()
-        # reproduce: figures whose paper scale takes hours stay quick unless --paper-scale
-        quick = args.quick or (getattr(args, "paper_scale", True) is False and get_figure(fig_id).long_paper_scale)
-        record = build(fig_id, args.out, quick=quick, force=args.force, progress=_progress(args))
+        record = build(fig_id, settings["out"], quick=settings["quick"][fig_id], force=settings["force"], progress=progress)
         release_executables()
         how = "re-plotted from cache" if record["cached"] else _how_computed(record.get("summary", {}).get("runs"))
-        print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(args.out, fig_id)}.png")
-        if args.verbose:
-            print(json.dumps(record["summary"], indent=2))
+        print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(settings['out'], fig_id)}.png",
+              flush=True)
+        if settings["verbose"]:
+            print(json.dumps(record["summary"], indent=2), flush=True)
     return 0
+
+
+def _jobs(args, pieces: int) -> int:
+    """Worker processes for ``pieces`` independent pieces: ``--jobs`` (default: the usable cores,
+    :func:`gradflow._jobs.default_jobs`), at most one per piece; 1 means this process alone."""
+    from ._jobs import default_jobs
+
+    return max(1, min(args.jobs or default_jobs(), pieces))
+
+
+def _default_jobs() -> int:
+    from ._jobs import default_jobs
+
+    return default_jobs()
+
+
+def _in_parallel(args, pieces):
+    """:func:`gradflow._jobs.run_pieces` with the command's ``--jobs`` and cache setting."""
+    from ._jobs import run_pieces
+
+    return run_pieces(pieces, _jobs(args, len(pieces)), use_cache=not getattr(args, "no_cache", False))
 
 
 def _how_computed(runs) -> str:
@@ -263,21 +305,41 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
+    from gradflow.sims.registry import figure_groups, figure_ids
     from gradflow.theory import DEFAULT_TRIALS, check_ids, run_checks
 
     _validate_out(args.out)  # before the checks: a bad --out must not cost their minutes
-    results = run_checks(None, trials=QUICK_TRIALS if args.quick else DEFAULT_TRIALS, seed=0,
-                         on_result=_check_progress(len(check_ids())))
-    _print_check_table(results)
-    checks_ok = _passed(results)
-    release_executables()
+    trials = QUICK_TRIALS if args.quick else DEFAULT_TRIALS
     args.ids, args.list = [], False
-    status = _cmd_figures(args)
+    groups = figure_groups(figure_ids())
+    if _jobs(args, 1 + len(groups)) == 1:
+        results = run_checks(None, trials=trials, seed=0, on_result=_check_progress(len(check_ids())))
+        _print_check_table(results)
+        release_executables()
+        status = _cmd_figures(args)
+    else:  # the checks (one piece: they share cached experiments) beside the figures
+        pieces = [(_run_all_checks, (trials,))]
+        pieces += [(_build_figures, (group, _figure_settings(args, group), False)) for group in groups]
+        for index, result in _in_parallel(args, pieces):
+            if index == 0:
+                results = result
+        status = 0
+        _print_check_table(results)  # after every piece: the figures' lines came meanwhile
+    checks_ok = _passed(results)
     n_ok = sum(r.holds and not r.control_holds for r in results)
     open_ = [r.id for r in results if _exploratory(r.id) and not r.holds]
     note = f" ({', '.join(open_)}: exploratory, does not hold; not counted)" if open_ else ""
     print(f"reproduce: {n_ok}/{len(results)} checks hold with failing controls{note}; figures in {args.out}/")
     return status if status else (0 if checks_ok else 1)
+
+
+def _run_all_checks(trials: int) -> list:
+    """Every check in registry order with its progress lines (a piece of a parallel ``reproduce``)."""
+    from gradflow.theory import check_ids, run_checks
+
+    results = run_checks(None, trials=trials, seed=0, on_result=_check_progress(len(check_ids())))
+    release_executables()
+    return results
 
 
 def _count(name: str, minimum: int):
@@ -315,6 +377,10 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--no-progress", action="store_true",
                         help="hide progress bars (they are shown only when stderr is a terminal)")
         sp.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary (JSON)")
+        sp.add_argument("--jobs", type=_count("jobs", 1), default=None,
+                        help="worker processes building independent pieces side by side (default: the usable "
+                             f"cores, {_default_jobs()} here; 1: everything in this process, with progress bars); "
+                             "figures that share trained runs stay in one piece")
 
     f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
             description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "

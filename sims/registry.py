@@ -13,7 +13,7 @@ import importlib
 
 from gradflow.internal import bad_arg
 
-__all__ = ["FIGURES", "figure_ids", "get_figure"]
+__all__ = ["FIGURES", "SHARED_RUNS", "figure_groups", "figure_ids", "get_figure"]
 
 FIGURES: dict[str, str] = {
     # the paper's figures (Fig. 2; Figs. 3, 12 and the appendix's)
@@ -53,6 +53,19 @@ and no ``gradflow.sims`` module is imported as it is: tests register their own),
 def figure_ids() -> list[str]:
     """Every registered id, in the registry's order (the order ``gradflow figures`` builds them)."""
     return list(FIGURES)
+
+
+SHARED_RUNS = "sec4."
+"""Figures whose modules start with this share trained runs (the Sec. 4 run cache): one trains
+what the next ones load, so they are built together, in registry order (:func:`figure_groups`)."""
+
+
+def figure_groups(ids) -> list[list[str]]:
+    """``ids`` split into pieces that can be built independently, side by side
+    (``gradflow figures --jobs``): the ids sharing trained runs (:data:`SHARED_RUNS`) as one piece,
+    first (the longest), in the given order, then every other id alone, in the given order."""
+    shared = [fig_id for fig_id in ids if FIGURES[fig_id].startswith(SHARED_RUNS)]
+    return ([shared] if shared else []) + [[fig_id] for fig_id in ids if fig_id not in shared]
 
 
 def _locate(target: str) -> tuple[str, str]:

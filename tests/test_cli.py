@@ -127,11 +127,11 @@ def test_reproduce_refuses_an_existing_file_as_out_before_any_check(monkeypatch,
     assert cli.main(["figures", "fig2", "--out", str(target / "sub"), "--no-cache"]) == 2
     assert "is a file, so the folder cannot be created" in capsys.readouterr().err
     monkeypatch.setattr(cli, "_cmd_figures", lambda args: 0)
-    assert cli.main(["reproduce", "--out", str(target), "--no-cache"]) == 2
+    assert cli.main(["reproduce", "--out", str(target), "--no-cache", "--jobs", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"gradflow: error: --out: got {str(target)!r}, an existing file; expected a folder (created if missing)"]
     assert calls == [] and target.read_text() == "keep me"
-    assert cli.main(["reproduce", "--out", str(tmp_path / "new" / "folder"), "--no-cache"]) == 0
+    assert cli.main(["reproduce", "--out", str(tmp_path / "new" / "folder"), "--no-cache", "--jobs", "1"]) == 0
     assert len(calls) == 1
 
 

@@ -469,12 +469,12 @@ def test_reproduce_keeps_long_figures_quick_unless_paper_scale(monkeypatch, tmp_
     calls = []
     monkeypatch.setattr(registry, "build", lambda fig_id, out, quick, force, progress: calls.append((fig_id, quick))
                         or {"cached": False, "summary": {}})
-    args = cli._parser().parse_args(["reproduce", "--out", str(tmp_path), "--no-progress"])
+    args = cli._parser().parse_args(["reproduce", "--out", str(tmp_path), "--no-progress", "--jobs", "1"])
     args.ids, args.list, args.verbose = ["fig2", "flip-rate", "flow-sinks"], False, False
     assert cli._cmd_figures(args) == 0
     assert calls == [("fig2", False), ("flip-rate", True), ("flow-sinks", True)]
     calls.clear()
-    args = cli._parser().parse_args(["reproduce", "--paper-scale", "--out", str(tmp_path)])
+    args = cli._parser().parse_args(["reproduce", "--paper-scale", "--out", str(tmp_path), "--jobs", "1"])
     args.ids, args.list, args.verbose, args.no_progress = ["flip-rate"], False, False, True
     cli._cmd_figures(args)
     assert calls == [("flip-rate", False)]

@@ -60,6 +60,14 @@ def _freeze(d: Mapping | None) -> Mapping:
     return types.MappingProxyType(jsonable(dict(d or {})))
 
 
+def _reduce(obj):
+    """``__reduce__`` of a frozen result: its fields, read-only mappings as dicts (a
+    ``MappingProxyType`` cannot be pickled; ``__post_init__`` freezes them again). Results are
+    pickled when ``gradflow reproduce`` runs its checks in a worker process."""
+    values = [getattr(obj, f.name) for f in dataclasses.fields(obj)]
+    return type(obj), tuple(dict(v) if isinstance(v, types.MappingProxyType) else v for v in values)
+
+
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     """A statement evaluated on given trajectories.
@@ -79,6 +87,8 @@ class Verdict:
     def __post_init__(self):
         object.__setattr__(self, "details", _freeze(self.details))
         object.__setattr__(self, "margins", tuple(float(m) for m in self.margins))
+
+    __reduce__ = _reduce
 
 
 def over_time(t, m_t) -> tuple[float, float, float]:
@@ -185,6 +195,8 @@ class CheckResult:
 
     def __post_init__(self):
         object.__setattr__(self, "details", _freeze(self.details))
+
+    __reduce__ = _reduce
 
     @property
     def passed(self) -> bool:
