@@ -64,7 +64,7 @@ def commands(d: dict) -> str:
     r, t = d["commands"]["reproduce"], d["commands"]["tests"]
     return (
         "```bash\n"
-        f"# the main job: every theorem check, then every figure computed afresh into out/figures/\n"
+        f"# the main job: every theorem check and every figure, computed afresh into out/figures/\n"
         f"# ({r['minutes']} min with empty caches, {r['warm_minutes']} min with warm ones; {r['where']}; {r['measured']})\n"
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && gradflow reproduce\n"
         "```\n\n"

@@ -1,9 +1,9 @@
 """Independent pieces of a command (figures, the theorem checks) run side by side in worker processes.
 
-Compiling a solve is single-threaded in XLA, and most of a cold ``gradflow reproduce`` is
-compiling (measured 2026-12-04, empty caches, 2 idle cores: 480 of 662 s tracing, lowering and
-XLA compiles), so on a machine with several cores the command's pieces run in parallel, one
-process per core (``--jobs``). Each worker is a fresh ``spawn``-ed interpreter (no JAX state is
+XLA compiles a program on one core, and most of a cold ``gradflow reproduce`` is compiling
+(measured 2026-12-04, empty caches, 2 idle cores: 480 of 662 s tracing, lowering and XLA
+compiles), so on a machine with several cores the command's pieces run in parallel, one process
+per core (``--jobs``; on those 2 cores: 497 s instead of 662 s, ``benchmarks/REPRODUCE_LOGS.md``). Each worker is a fresh ``spawn``-ed interpreter (no JAX state is
 forked) that shares the persistent compilation cache with the others, so a program one worker
 compiled is loaded, not compiled again, by another that needs it later. Every figure is still
 written atomically by the worker that builds it; the pieces that share trained runs (the Sec. 4
@@ -77,7 +77,8 @@ def run_pieces(pieces: Sequence[tuple[Callable, tuple]], jobs: int, use_cache: b
 
 def default_jobs() -> int:
     """Worker processes when ``--jobs`` is not given: the usable cores, at most 8 (each worker
-    holds its own JAX runtime and compiled programs)."""
+    holds its own JAX runtime and compiled programs: up to about 3 GiB in ``gradflow reproduce``,
+    measured 2026-12-04)."""
     from ._host import usable_cores
 
     return max(1, min(usable_cores(), 8))
