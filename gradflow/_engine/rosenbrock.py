@@ -182,6 +182,11 @@ def _stages(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
         if i > 0 and any(tab.C[i][:i]):
             rhs = rhs + _combine(tab.C[i][:i], ks) / h
         ks.append(solve(rhs))
+    return _solution(tab, f, t1, y0, flat0, unravel, f0, h, ks)
+
+
+def _solution(tab: Tableau, f, t1, y0, flat0, unravel, f0, h, ks):
+    """``(y1, error estimate, dense_info)`` from the stages ``ks`` (a list of flat vectors)."""
     # a trailing unit weight (RODAS4: y1 = u_6 + k_6) is added last, as the published form reads
     unit_last = tab.m[-1] == 1.0
     n = len(ks) - unit_last
@@ -232,15 +237,7 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     ks, new = jax.lax.scan(stage, ks, jnp.arange(1, s))
     if records is not None:
         records.extend(new)
-    ks = list(ks)
-    unit_last = tab.m[-1] == 1.0
-    n = len(ks) - unit_last
-    flat1 = _combine(tab.m[:n], ks[:n], flat0)
-    if unit_last:
-        flat1 = flat1 + ks[-1]
-    f1 = f(t1, flat1)
-    y1 = unravel(flat1)
-    return y1, unravel(_combine(tab.e, ks)), dict(y0=y0, y1=y1, k0=unravel(h * f0), k1=unravel(h * f1))
+    return _solution(tab, f, t1, y0, flat0, unravel, f0, h, list(ks))
 
 
 # --- how W⁻¹ r is applied -------------------------------------------------------------------------
