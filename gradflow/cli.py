@@ -17,6 +17,7 @@ import time
 from ._cache import release_executables
 from ._errors import ArgumentParser as _Parser, GradflowValueError
 from ._host import usable_cores
+from ._jobs import PieceFailed as _PieceFailed, default_jobs as _default_jobs
 
 DEFAULT_OUT = os.path.join("out", "figures")
 """Where ``figures`` and ``reproduce`` write by default: git-ignored, so a run never dirties a clone.
@@ -30,22 +31,36 @@ def _progress(args) -> bool:
 
 
 def _cmd_figures(args) -> int:
-    from gradflow.sims.registry import figure_groups, figure_ids, get_figure
+    from gradflow.sims.registry import figure_ids, get_figure
 
     if args.list:
         for fig_id in figure_ids():
             print(f"{fig_id:20s} {get_figure(fig_id).title}")
         return 0
     _validate_out(args.out)  # before any figure is computed
-    ids = args.ids or figure_ids()
+    ids = list(dict.fromkeys(args.ids or figure_ids()))  # an id given twice is built once
     for fig_id in ids:  # validate all ids before building any
         get_figure(fig_id)
-    groups = figure_groups(ids)
-    if _jobs(args, len(groups)) == 1:
+    pieces = _figure_pieces(args, ids)
+    if _jobs(args, len(pieces)) == 1:
         return _build_figures(ids, _figure_settings(args, ids), _progress(args))
-    for _ in _in_parallel(args, [(_build_figures, (group, _figure_settings(args, group), False)) for group in groups]):
-        pass
+    try:
+        for _ in _in_parallel(args, pieces):
+            pass
+    except _PieceFailed as err:
+        return _report_failures(err, pieces)
     return 0
+
+
+def _figure_pieces(args, ids) -> list:
+    """The figures as independent pieces (:func:`gradflow.sims.registry.figure_groups`), each a
+    ``(_build_figures, args)`` for a worker; the piece of the Sec. 4 figures, whose paper scale
+    trains for days, keeps its progress bars (on a terminal); the others print their lines only."""
+    from gradflow.sims.registry import SHARED_RUNS, FIGURES, figure_groups
+
+    return [(_build_figures, (group, _figure_settings(args, group),
+                              _progress(args) and FIGURES[group[0]].startswith(SHARED_RUNS)))
+            for group in figure_groups(ids)]
 
 
 def _figure_settings(args, ids) -> dict:
@@ -60,7 +75,8 @@ def _figure_settings(args, ids) -> dict:
 
 def _build_figures(ids, settings: dict, progress: bool) -> int:
     """Build ``ids`` in order into ``settings["out"]``, one line each (the whole of a serial run, or
-    one piece of a parallel one: :func:`_in_parallel`)."""
+    one piece of a parallel one: :func:`_in_parallel`). Each figure's output is one write, so
+    lines of workers building side by side do not interleave."""
     from gradflow.sims.build import build
 
     for fig_id in ids:
@@ -68,25 +84,24 @@ def _build_figures(ids, settings: dict, progress: bool) -> int:
         record = build(fig_id, settings["out"], quick=settings["quick"][fig_id], force=settings["force"], progress=progress)
         release_executables()
         how = "re-plotted from cache" if record["cached"] else _how_computed(record.get("summary", {}).get("runs"))
-        print(f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(settings['out'], fig_id)}.png",
-              flush=True)
+        text = f"{fig_id}: {how} in {time.perf_counter() - start:.1f} s -> {os.path.join(settings['out'], fig_id)}.png\n"
         if settings["verbose"]:
-            print(json.dumps(record["summary"], indent=2), flush=True)
+            text += json.dumps(record["summary"], indent=2) + "\n"
+        sys.stdout.write(text)
+        sys.stdout.flush()
     return 0
 
 
 def _jobs(args, pieces: int) -> int:
-    """Worker processes for ``pieces`` independent pieces: ``--jobs`` (default: the usable cores,
-    :func:`gradflow._jobs.default_jobs`), at most one per piece; 1 means this process alone."""
+    """Worker processes for ``pieces`` independent pieces: ``--jobs`` (default
+    :func:`gradflow._jobs.default_jobs`), at most one per piece; 1 means this process alone, and
+    so do figures registered at run time (a worker, a fresh interpreter, would not know them)."""
     from ._jobs import default_jobs
+    from gradflow.sims.registry import FIGURES, STOCK_FIGURES
 
+    if FIGURES != STOCK_FIGURES:
+        return 1
     return max(1, min(args.jobs or default_jobs(), pieces))
-
-
-def _default_jobs() -> int:
-    from ._jobs import default_jobs
-
-    return default_jobs()
 
 
 def _in_parallel(args, pieces):
@@ -94,6 +109,19 @@ def _in_parallel(args, pieces):
     from ._jobs import run_pieces
 
     return run_pieces(pieces, _jobs(args, len(pieces)), use_cache=not getattr(args, "no_cache", False))
+
+
+def _report_failures(err, pieces) -> int:
+    """One ``gradflow: error:`` line per failed piece (naming its figures or the checks), then
+    their tracebacks; returns exit status 1."""
+    for index, why in sorted(err.failures.items()):
+        fn, piece_args = pieces[index]
+        what = "the checks" if fn is _run_all_checks else "figure(s) " + ", ".join(piece_args[0])
+        first, _, rest = why.partition("\n")
+        print(f"gradflow: error: {what} failed: {first}", file=sys.stderr)
+        if rest.strip():
+            print(rest.rstrip(), file=sys.stderr)
+    return 1
 
 
 def _how_computed(runs) -> str:
@@ -219,10 +247,13 @@ def _print_check_table(results) -> None:
                      [f"{r.worst_margin:.3g}"],
                      ["holds (DEFECT)" if r.control_holds else "fails"]))
     widths = [max(len(line) for row in rows for line in row[i]) for i in range(len(rows[0]))]
+    lines = []
     for row in rows:
         for k in range(max(len(cell) for cell in row)):
             cells = [cell[k] if k < len(cell) else "" for cell in row]
-            print("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+            lines.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+    sys.stdout.write("\n".join(lines) + "\n")  # one write: workers' lines do not cut into it
+    sys.stdout.flush()
 
 
 def _exploratory(check_id: str) -> bool:
@@ -305,26 +336,29 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from gradflow.sims.registry import figure_groups, figure_ids
+    from gradflow.sims.registry import figure_ids
     from gradflow.theory import DEFAULT_TRIALS, check_ids, run_checks
 
     _validate_out(args.out)  # before the checks: a bad --out must not cost their minutes
     trials = QUICK_TRIALS if args.quick else DEFAULT_TRIALS
     args.ids, args.list = [], False
-    groups = figure_groups(figure_ids())
-    if _jobs(args, 1 + len(groups)) == 1:
+    pieces = [(_run_all_checks, (trials,))] + _figure_pieces(args, figure_ids())
+    results, status = None, 0
+    if _jobs(args, len(pieces)) == 1:
         results = run_checks(None, trials=trials, seed=0, on_result=_check_progress(len(check_ids())))
         _print_check_table(results)
         release_executables()
         status = _cmd_figures(args)
     else:  # the checks (one piece: they share cached experiments) beside the figures
-        pieces = [(_run_all_checks, (trials,))]
-        pieces += [(_build_figures, (group, _figure_settings(args, group), False)) for group in groups]
-        for index, result in _in_parallel(args, pieces):
-            if index == 0:
-                results = result
-        status = 0
-        _print_check_table(results)  # after every piece: the figures' lines came meanwhile
+        try:
+            for index, result in _in_parallel(args, pieces):
+                if index == 0:  # the table as soon as the checks are done, as one write
+                    results = result
+                    _print_check_table(results)
+        except _PieceFailed as err:
+            status = _report_failures(err, pieces)
+        if results is None:
+            return status
     checks_ok = _passed(results)
     n_ok = sum(r.holds and not r.control_holds for r in results)
     open_ = [r.id for r in results if _exploratory(r.id) and not r.holds]
@@ -375,12 +409,13 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"output folder (default: {DEFAULT_OUT}/, git-ignored; "
                              "--out figures rebuilds the committed gallery)")
         sp.add_argument("--no-progress", action="store_true",
-                        help="hide progress bars (they are shown only when stderr is a terminal)")
+                        help="hide progress bars (they are shown only when stderr is a terminal, and with --jobs "
+                             "above 1 only for the Sec. 4 figures' training)")
         sp.add_argument("-v", "--verbose", action="store_true", help="print each figure's measured summary (JSON)")
         sp.add_argument("--jobs", type=_count("jobs", 1), default=None,
                         help="worker processes building independent pieces side by side (default: the usable "
-                             f"cores, {_default_jobs()} here; 1: everything in this process, with progress bars); "
-                             "figures that share trained runs stay in one piece")
+                             f"cores, at most 8 and at most one per 3 GiB available: {_default_jobs()} here; 1: "
+                             "everything in this process, in order); figures that share trained runs stay in one piece")
 
     f = add("figures", help="build figures: ID.png, ID.pdf, ID.npz, ID.json per id",
             description="Build figures into --out (default out/figures/). Paper scale unless --quick; the five "
@@ -406,13 +441,15 @@ def _parser() -> argparse.ArgumentParser:
 
     r = add(
         "reproduce",
-        help=f"the main job: run the checks, then every figure into {DEFAULT_OUT}/ "
+        help=f"the main job: run the checks and build every figure into {DEFAULT_OUT}/ "
              "(its measured time: docs/getting-started.md)",
-        description="Run every theorem check, then build every figure: paper scale, except the five Sec. 4 "
-                    "transformer figures and flow-sinks, which are built in quick mode unless --paper-scale; --quick makes "
-                    "everything CI scale (fewer trials, shorter horizons). One progress line per check as it "
-                    "finishes; --out is checked before any work starts. A killed run resumes from the finished "
-                    "figures; its measured time is in docs/getting-started.md.",
+        description="Run every theorem check and build every figure, side by side in --jobs worker processes "
+                    "(with --jobs 1: the checks, then the figures, in this process): paper scale, except the five "
+                    "Sec. 4 transformer figures and flow-sinks, which are built in quick mode unless --paper-scale; "
+                    "--quick makes everything CI scale (fewer trials, shorter horizons). One progress line per check "
+                    "and per figure as it finishes, the check table once the checks are done; --out is checked before "
+                    "any work starts. A piece that fails is named (exit 1) while the others run to their end; a killed "
+                    "run resumes from the finished figures; its measured time is in docs/getting-started.md.",
     )
     figure_opts(r)
     r.add_argument("--paper-scale", action="store_true",

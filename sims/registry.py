@@ -13,7 +13,7 @@ import importlib
 
 from gradflow.internal import bad_arg
 
-__all__ = ["FIGURES", "SHARED_RUNS", "figure_groups", "figure_ids", "get_figure"]
+__all__ = ["FIGURES", "SHARED_RUNS", "STOCK_FIGURES", "figure_groups", "figure_ids", "get_figure"]
 
 FIGURES: dict[str, str] = {
     # the paper's figures (Fig. 2; Figs. 3, 12 and the appendix's)
@@ -48,6 +48,11 @@ FIGURES: dict[str, str] = {
 """Figure id -> ``MODULE[:ATTRIBUTE]``, the module relative to ``gradflow.sims`` (a name with no dot
 and no ``gradflow.sims`` module is imported as it is: tests register their own), the attribute
 ``FIGURE`` unless given."""
+
+
+STOCK_FIGURES: dict[str, str] = dict(FIGURES)
+""":data:`FIGURES` as shipped: a figure registered at run time (a test's own) is not known in a
+worker process (a fresh interpreter), so ``gradflow figures`` then builds in its own process."""
 
 
 def figure_ids() -> list[str]:

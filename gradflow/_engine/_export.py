@@ -451,27 +451,25 @@ def _flat_call(exported):
     return flat
 
 
-_CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
-"""The event JAX records when an executable comes from its persistent compilation cache
-(``jax._src.compiler``, jax 0.10.2)."""
-
-_hits = threading.local()
+_writes = threading.local()
 
 
 def _on_event(event: str, **kwargs) -> None:
-    if event == _CACHE_HIT_EVENT:
-        _hits.count = getattr(_hits, "count", 0) + 1
+    if event == _pinned.CACHE_WRITE_EVENT:
+        _writes.count = getattr(_writes, "count", 0) + 1
 
 
 jax.monitoring.register_event_listener(_on_event)
 
 
 def _compile_fresh(lowered):
-    """``lowered.compile()`` and whether XLA compiled it here (``False``: it came from JAX's
-    persistent compilation cache, as this thread's cache-hit events tell)."""
-    before = getattr(_hits, "count", 0)
+    """``lowered.compile()`` and whether XLA compiled it here: only when this thread saw JAX write
+    the new executable to its persistent cache (:data:`gradflow._engine._pinned.CACHE_WRITE_EVENT`,
+    recorded in the compiling thread). An executable from the cache, or no such evidence (an
+    untested JAX, listeners cleared), counts as not compiled here."""
+    before = getattr(_writes, "count", 0)
     program = lowered.compile()
-    return program, getattr(_hits, "count", 0) == before
+    return program, getattr(_writes, "count", 0) > before
 
 
 def _compile_and_store(exported, path: str, key: str, lowered=None):
@@ -479,12 +477,12 @@ def _compile_and_store(exported, path: str, key: str, lowered=None):
     store its executable (when it can be serialised, and only when XLA compiled it in this
     process) and return the callable (``None`` if it does not compile).
 
-    An executable that came from JAX's persistent compilation cache is never stored: with jaxlib
-    0.10.2 on CPU, serialising it again gives an executable without its compiled kernels, which
-    fails when run in a later process (``NOT_FOUND: Function ... not found``; seen when two
-    ``gradflow reproduce`` workers compiled the same program, or when two keys lower to the same
-    module; ``tests/test_export.py``). Without the stored executable, a later process compiles
-    the stored program, which JAX's cache then serves."""
+    An executable that came from JAX's persistent compilation cache is never stored (only one
+    that :func:`_compile_fresh` saw compiled here is): with jaxlib 0.10.2 on CPU, serialising it
+    again gives an executable without its compiled kernels, which fails when run in a later
+    process (``NOT_FOUND: Function ... not found``; seen when two ``gradflow reproduce`` workers
+    compiled the same program; ``tests/test_export.py``). Without the stored executable, a later
+    process compiles the stored program, which JAX's cache then serves."""
     try:
         if lowered is None:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]

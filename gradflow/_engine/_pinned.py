@@ -22,6 +22,9 @@ unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails
   jaxlib version not in :data:`TESTED_JAX`, or one without these, :data:`EXPORT_ACTIVE` is false
   and :func:`gradflow._engine._export.compiled` declines: every process traces its solves as usual
   (same results; a cold process pays the tracing).
+- :data:`CACHE_WRITE_EVENT` (JAX): the name of the event by which JAX says it compiled an executable
+  and wrote it to its persistent cache; :mod:`gradflow._engine._export` stores only such
+  executables (if the name changes, nothing is stored: slower, never wrong).
 """
 
 from __future__ import annotations
@@ -125,6 +128,14 @@ _jax_modules = _jax_internals()
 
 EXPORT_ACTIVE = _jax_modules is not None and jax.__version__ in TESTED_JAX and jaxlib.__version__ in TESTED_JAX
 """Whether :mod:`gradflow._engine._export` stores and loads serialised solves (a tested jax)."""
+
+
+CACHE_WRITE_EVENT = "/jax/compilation_cache/cache_misses"
+"""The :mod:`jax.monitoring` event JAX records, in the compiling thread, when it writes an
+executable it has just compiled to its persistent cache (``jax._src.compilation_cache``, jax
+0.10.2; gradflow's cache settings write every compilation). :mod:`gradflow._engine._export` stores
+an executable only after seeing it: a renamed event stores nothing, which costs speed, not
+correctness."""
 
 
 def trace_context() -> tuple:

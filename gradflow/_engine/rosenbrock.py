@@ -203,17 +203,18 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     stage solve are traced twice (the first stage and the loop body) instead of once per stage,
     so the compiled step is smaller when the field is a large model (a transformer's gradient
     and its linearisation in every stage solve). The arithmetic is that of :func:`_stages` in the
-    same order (coefficients that are zero or one add and multiply exactly), so the two give the
-    same numbers (``tests/test_stiff.py``). A strategy's per-solve records (:class:`Krylov`'s
-    counters) come out of the loop stacked along a leading stage axis."""
+    same order (coefficients that are zero or one add and multiply exactly), so the two agree to
+    round-off (XLA may fuse the loop differently; ``tests/test_stiff.py`` checks one step of every
+    strategy). A strategy's per-solve records (:class:`Krylov`'s counters, exposed as its
+    ``solve.records``, see :class:`Rosenbrock`) come out of the loop stacked along a leading stage
+    axis."""
     h = t1 - t0
     s = len(tab.c)
-    dtype = flat0.dtype
-    a, C = jnp.asarray(tab.a, dtype), jnp.asarray(tab.C, dtype)
-    c, d = jnp.asarray(tab.c, dtype), jnp.asarray(tab.d, dtype)
+    a, C = jnp.asarray(tab.a, flat0.dtype), jnp.asarray(tab.C, flat0.dtype)
+    c, d = jnp.asarray(tab.c, jnp.result_type(h)), jnp.asarray(tab.d, jnp.result_type(h))  # as floats meet h
     has_C = jnp.asarray([any(row[:i]) for i, row in enumerate(tab.C)])
     rhs0 = f0 + (h * tab.d[0]) * ft if tab.d[0] != 0.0 else f0
-    ks = jnp.zeros((s,) + flat0.shape, dtype).at[0].set(solve(rhs0))
+    ks = jnp.zeros((s,) + flat0.shape, flat0.dtype).at[0].set(solve(rhs0))
     records = getattr(solve, "records", None)
 
     def weighted(coeffs, ks, i):
@@ -547,7 +548,15 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     and what ``linear`` adds (a Jacobian and a factorisation for :class:`DenseLU`; two products
     with ``Q`` per solve for :class:`Eigen`; ``iterations`` Jacobian–vector products more per
     solve for :class:`EigenRefined`; one Jacobian–vector product per CG iteration, plus one, per
-    solve for :class:`Krylov`)."""
+    solve for :class:`Krylov`).
+
+    ``looped`` (default ``False``): the stages after the first run in one ``lax.scan``
+    (:func:`_stages_looped`) instead of written out (:func:`_stages`): the same arithmetic in the
+    same order, results equal to round-off, a traced step about half the size for
+    :class:`Krylov` (``solver="rodas4-krylov"`` runs looped). A strategy that records something
+    per stage solve while it is traced (as :class:`Krylov` counts its iterations) must expose the
+    list it appends to as the ``records`` attribute of its ``solve`` function, so that the loop
+    can hand the records of its traced body out of the scan."""
 
     tableau: Tableau = eqx.field(static=True)
     linear: eqx.Module
