@@ -3,7 +3,7 @@
 XLA compiles a program on one core, and most of a cold ``gradflow reproduce`` is compiling
 (measured 2026-12-04, empty caches, 2 idle cores: 480 of 662 s tracing, lowering and XLA
 compiles), so on a machine with several cores the command's pieces run in parallel, one process
-per core (``--jobs``; on those 2 cores: 497 s instead of 662 s, ``benchmarks/REPRODUCE_LOGS.md``).
+per core (``--jobs``; on those 2 cores: 436–497 s instead of 662 s, ``benchmarks/REPRODUCE_LOGS.md``).
 Each worker is a fresh ``spawn``-ed interpreter (no JAX state is forked) that shares the
 persistent compilation cache with the others, so a program one worker compiled is loaded, not
 compiled again, by another that needs it later. Every figure is still written atomically by the
