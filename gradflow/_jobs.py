@@ -120,6 +120,8 @@ def run_pieces(pieces: Sequence[tuple[Callable, tuple]], jobs: int, use_cache: b
                     w[2] = index
             busy = [w for w in workers if w[2] is not None]
             if not busy:
+                if todo and not failures:  # every worker died while idle: nothing can run them
+                    failures.update({index: "not run: no worker left alive" for index, _ in todo})
                 break
             ready = multiprocessing.connection.wait([w[1] for w in busy] + [w[0].sentinel for w in busy])
             for w in busy:

@@ -96,12 +96,11 @@ def _jobs(args, pieces: int) -> int:
     """Worker processes for ``pieces`` independent pieces: ``--jobs`` (default
     :func:`gradflow._jobs.default_jobs`), at most one per piece; 1 means this process alone, and
     so do figures registered at run time (a worker, a fresh interpreter, would not know them)."""
-    from ._jobs import default_jobs
     from gradflow.sims.registry import FIGURES, STOCK_FIGURES
 
     if FIGURES != STOCK_FIGURES:
         return 1
-    return max(1, min(args.jobs or default_jobs(), pieces))
+    return max(1, min(args.jobs or _default_jobs(), pieces))
 
 
 def _in_parallel(args, pieces):
@@ -336,20 +335,19 @@ def _cmd_check(args) -> int:
 
 
 def _cmd_reproduce(args) -> int:
-    from gradflow.sims.registry import figure_ids
-    from gradflow.theory import DEFAULT_TRIALS, check_ids, run_checks
+    from gradflow.sims.registry import figure_groups, figure_ids
+    from gradflow.theory import DEFAULT_TRIALS
 
     _validate_out(args.out)  # before the checks: a bad --out must not cost their minutes
     trials = QUICK_TRIALS if args.quick else DEFAULT_TRIALS
     args.ids, args.list = [], False
-    pieces = [(_run_all_checks, (trials,))] + _figure_pieces(args, figure_ids())
     results, status = None, 0
-    if _jobs(args, len(pieces)) == 1:
-        results = run_checks(None, trials=trials, seed=0, on_result=_check_progress(len(check_ids())))
+    if _jobs(args, 1 + len(figure_groups(figure_ids()))) == 1:
+        results = _run_all_checks(trials)
         _print_check_table(results)
-        release_executables()
         status = _cmd_figures(args)
     else:  # the checks (one piece: they share cached experiments) beside the figures
+        pieces = [(_run_all_checks, (trials,))] + _figure_pieces(args, figure_ids())
         try:
             for index, result in _in_parallel(args, pieces):
                 if index == 0:  # the table as soon as the checks are done, as one write
@@ -368,7 +366,8 @@ def _cmd_reproduce(args) -> int:
 
 
 def _run_all_checks(trials: int) -> list:
-    """Every check in registry order with its progress lines (a piece of a parallel ``reproduce``)."""
+    """Every check in registry order with its progress lines (``reproduce``'s checks, in this
+    process or as a worker's piece), then the checks' compiled programs released."""
     from gradflow.theory import check_ids, run_checks
 
     results = run_checks(None, trials=trials, seed=0, on_result=_check_progress(len(check_ids())))

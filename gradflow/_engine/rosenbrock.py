@@ -215,7 +215,7 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     has_C = jnp.asarray([any(row[:i]) for i, row in enumerate(tab.C)])
     rhs0 = f0 + (h * tab.d[0]) * ft if tab.d[0] != 0.0 else f0
     ks = jnp.zeros((s,) + flat0.shape, flat0.dtype).at[0].set(solve(rhs0))
-    records = getattr(solve, "records", None)
+    records = getattr(solve, "records", [])  # a strategy without records: an empty list of its own
 
     def weighted(coeffs, ks, i):
         # Σ_{j<i} coeffs_j k_j from zero, term by term in the order of :func:`_combine`
@@ -228,16 +228,14 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
         fi = f(t0 + c[i] * h, flat0 + weighted(a[i], ks, i))
         rhs = jnp.where(d[i] != 0.0, fi + (h * d[i]) * ft, fi)
         rhs = jnp.where(has_C[i], rhs + weighted(C[i], ks, i) / h, rhs)
-        before = None if records is None else len(records)
+        before = len(records)
         k = solve(rhs)
-        new = () if records is None else tuple(records[before:])
-        if records is not None:
-            del records[before:]
+        new = tuple(records[before:])  # this body's records, handed out of the scan
+        del records[before:]
         return ks.at[i].set(k), new
 
     ks, new = jax.lax.scan(stage, ks, jnp.arange(1, s))
-    if records is not None:
-        records.extend(new)
+    records.extend(new)
     return _solution(tab, f, t1, y0, flat0, unravel, f0, h, list(ks))
 
 
@@ -625,17 +623,13 @@ def EigenRodas4(iterations: int = REFINE, time_factor=jnp.exp) -> Rosenbrock:
     return Rosenbrock(RODAS4, EigenRefined(time_factor, iterations))
 
 
-LOOPED_KRYLOV = True
-""":func:`KrylovRodas4` runs its stages after the first in a loop (:func:`_stages_looped`)."""
-
-
 def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
     """RODAS4 with the exact Jacobian applied by Jacobian–vector products and every stage system
     solved by conjugate gradients to :data:`KRYLOV_FRACTION` of the step controller's ``rtol``,
     ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the implicit phase of ``auto`` for
     gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters):
     the steps and errors of :func:`Rodas4`, memory ``O(n)``, no factorisation."""
-    return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS), looped=LOOPED_KRYLOV)
+    return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS), looped=True)
 
 
 class WrappingController(diffrax.AbstractAdaptiveStepSizeController):
