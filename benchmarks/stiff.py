@@ -335,7 +335,7 @@ def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
 
     from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
     from gradflow.models import prepare
-    from gradflow.simulate import value_softmax_flow
+    from gradflow.internal import value_softmax_flow
 
     mdl, V, a = prepare(loss, W0, a0, "value-softmax", "softmax", 1.0, batch=False)
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})

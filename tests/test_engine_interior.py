@@ -169,7 +169,7 @@ def test_library_internals_are_version_guarded(monkeypatch, tmp_path):
     monkeypatch.setattr(_export, "folder", lambda: str(tmp_path))
     monkeypatch.setattr(_pinned, "EXPORT_ACTIVE", False)
     before = _export.stats["traced"]
-    assert _export._compiled(lambda x: x, None, []) is None and _export.stats["traced"] == before + 1
+    assert _export._compiled(lambda x: x, None, [], ()) is None and _export.stats["traced"] == before + 1
     import equinox._errors as eqx_errors
 
     monkeypatch.setattr(_pinned, "ACTIVE", False)

@@ -184,17 +184,18 @@ def _simulate_key(**changes):
     args = dict(flow=value_softmax_flow(loss), fargs=(mdl, loss), params0=(V0[None], a0[None]), taus=jnp.zeros(10),
                 t1=np.asarray(1e6), rtol=np.asarray(1e-8), atol=np.asarray(1e-10), solver="dopri8", steps=64, cap=512,
                 batched=False, keep=9, lane=0)
+    options = changes.pop("options", ())
     args.update(changes)
     code = code_of(args["solver"]) if isinstance(args["solver"], str) else args["solver"]
     settings = Settings(taus=args["taus"], t1=args["t1"], rtol=args["rtol"], atol=args["atol"], solver="auto",
                         max_steps=16384, keep=args["keep"], args_batched=args["batched"], lane=args["lane"])
     arrays, static = _S.of(args["flow"], args["fargs"], args["params0"], settings, Round.of(code, args["steps"], args["cap"]))
-    return _export._key(_batch._fused_round.__wrapped__, static, arrays)
+    return _export._key(_batch._fused_round.__wrapped__, static, arrays, options)
 
 
 def test_key_names_every_static_setting_and_refuses_what_it_cannot_name(monkeypatch):
     """The key changes with the solver, the longest round (diffrax's ``max_steps``), the number of
-    save points, the shapes and an engine constant changed at run time; it does not change with
+    save points, the shapes, the XLA compiler options and an engine constant changed at run time; it does not change with
     array values (traced: the save times, tolerances and a round's step budget);
     a lambda, a local function or a user's class in the static part is not exportable."""
     base = _simulate_key()
@@ -203,7 +204,7 @@ def test_key_names_every_static_setting_and_refuses_what_it_cannot_name(monkeypa
 
     assert _simulate_key(taus=jnp.ones(10), rtol=np.asarray(1e-3), steps=512) == base  # values are traced, not keyed
     for change in (dict(solver="tsit5"), dict(cap=256), dict(keep=8), dict(taus=jnp.zeros(11)),
-                   dict(params0=(np.zeros((1, 3, 4)), np.zeros((1, 4))))):
+                   dict(params0=(np.zeros((1, 3, 4)), np.zeros((1, 4)))), dict(options=_fastjit.FAST_COMPILE)):
         assert _simulate_key(**change) != base, change
     monkeypatch.setattr(_batch, "UNROLL_LANES", 1)
     assert _simulate_key() != base

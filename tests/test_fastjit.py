@@ -61,3 +61,75 @@ def test_engine_fused_round_bitwise_equal_to_equinox_filter_jit(monkeypatch):
     other = gradflow.simulate(loss, V0, a0, t1=1e7, ts=ts, rtol=1e-6)
     with pytest.raises(AssertionError):
         np.testing.assert_array_equal(np.asarray(other.a), np.asarray(fast.a))
+
+
+def _stiff_loss(w):
+    """An ill-conditioned loss (curvatures 1e-2 … 1e2): ``auto`` turns implicit on it."""
+    lam = jnp.asarray([1e-2, 1.0, 1e2, 3e1])
+    return 0.5 * jnp.sum(lam * w ** 2) + 0.1 * jnp.sum(w ** 4)
+
+
+def test_throughput_bound_picks_the_compile_options():
+    """Solves of fewer than ``UNROLL_LANES`` lanes with fewer than ``UNROLL_STATE`` floats per lane
+    compile with ``FAST_COMPILE``; the others (unrolled Dopri8, throughput-bound) with XLA's defaults."""
+    tb = _batch._throughput_bound
+    assert not tb((np.zeros((1, 3)), {"q": np.zeros((1,))}))
+    assert not tb((np.zeros((_batch.UNROLL_LANES - 1, 3)),))
+    assert tb((np.zeros((_batch.UNROLL_LANES, 3)),))
+    assert tb((np.zeros((1, _batch.UNROLL_STATE)),))
+    assert dict(_fastjit.FAST_COMPILE) == {"xla_cpu_use_fusion_emitters": False}
+
+
+def _within_tolerance(a, b, rtol=1e-8, atol=1e-10) -> bool:
+    """Float arrays within ``atol + rtol·|b|`` of each other (the solve's default tolerances; NaN
+    where the other is NaN), the rest equal."""
+    a, b = np.asarray(a), np.asarray(b)
+    if not np.issubdtype(a.dtype, np.floating):
+        return np.array_equal(a, b)
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= atol + rtol * np.abs(b))))
+
+
+def test_fast_compile_options_compute_the_within_tolerance(monkeypatch):
+    """Every engine program of a single stiff ``integrate`` (its Dopri8 and Rodas4 rounds, the
+    stiffness detector) replayed with XLA's default options and with ``FAST_COMPILE``: the Dopri8
+    round and the detector bitwise the same, the LU-based Rodas4 round the same to round-off
+    (1e-12) with the same step count. The run itself used ``FAST_COMPILE`` (one lane). Control: a
+    start moved by 1e-9 gives results further apart than that."""
+    from gradflow._engine import _pinned
+    from gradflow._engine.solvers import spec
+
+    seen = []
+    for name in ("_fused_round", "_stiffness_jit"):
+        orig = getattr(_batch, name)
+
+        def record(*args, _orig=orig):
+            seen.append((_orig, args))
+            return _orig(*args)
+
+        monkeypatch.setattr(_batch, name, record)
+    sol = gradflow.integrate(_stiff_loss, jnp.asarray([1.0, -0.5, 0.3, 0.2]), t1=1e6)
+    assert sol.status == "ok"
+    names = [spec(args[5].solver).name if len(args) == 6 else "detector" for _, args in seen]
+    assert {"dopri8", "rodas4", "detector"} <= set(names)
+
+    def replay(fn, args, fast: bool):
+        arrays, static = _fastjit._partition(args)
+        with _pinned.cacheable():
+            return (fn.jitted_fast if fast else fn.jitted)(static, arrays)[0]
+
+    for (fn, args), name in zip(seen, names):
+        assert fn.jitted_fast is not None
+        default, fast = replay(fn, args, False), replay(fn, args, True)
+        assert len(default) == len(fast)
+        if name == "rodas4":
+            assert all(_within_tolerance(x, y) for x, y in zip(fast, default)), name
+        else:
+            assert all(np.array_equal(np.asarray(x), np.asarray(y)) for x, y in zip(fast, default)), name
+    # control: a start moved by 1e-6 is told apart by the same comparison
+    fn, args = seen[names.index("rodas4")]
+    state = args[3]
+    moved = state.__class__(**{**{k: getattr(state, k) for k in state.__dataclass_fields__},
+                               "y_end": jax.tree.map(lambda x: x * (1 + 1e-6), state.y_end)})
+    out = replay(fn, args[:3] + (moved,) + args[4:], True)
+    assert not all(_within_tolerance(x, y) for x, y in zip(out, replay(fn, args, False)))

@@ -16,7 +16,8 @@ program (nothing traced; the compilation itself comes from JAX's cache when it i
 written out as text (:func:`_key`): the function's name; the static part of the arguments (the
 pytree structure with its node types and their static fields, every non-array leaf: solver name,
 step budget, the :class:`~gradflow._engine.solve.Flow` and its functions, model and loss classes
-with their static fields); the abstract arrays (shape, dtype, weak type); JAX's tracing context
+with their static fields); the abstract arrays (shape, dtype, weak type); the XLA compiler
+options (:data:`gradflow._engine._fastjit.FAST_COMPILE` or none); JAX's tracing context
 and configuration; the backend, its version, the device kind, ``XLA_FLAGS`` and the CPU's model and
 instruction-set flags; the versions of Python, NumPy, jax, jaxlib, equinox, diffrax, optimistix and
 lineax; a hash of the source files of the ``gradflow`` package and of every module whose functions
@@ -243,15 +244,17 @@ def _aval_text(x) -> str:
     return f"{aval.dtype.name}{list(aval.shape)}{'w' if getattr(aval, 'weak_type', False) else ''}"
 
 
-def _key(fn, static, arrays) -> str:
+def _key(fn, static, arrays, options: tuple = ()) -> str:
     """The text key of ``fn`` called with ``static`` (a :class:`gradflow._engine._fastjit._Static`)
-    and ``arrays`` (traced values or arrays). **Raises:** :class:`NotExportable`."""
+    and ``arrays`` (traced values or arrays), compiled with the XLA ``options``.
+    **Raises:** :class:`NotExportable`."""
     d = _Describer()
     parts = [
         "fn=" + d.named(fn, importable=False),
         "tree=" + d.treedef(static.treedef),
         "leaves=" + d(tuple(static.leaves)),
         "avals=" + ",".join(_aval_text(x) for x in arrays),
+        "options=" + d(tuple(options)),
         "config=" + _trace_context(d),
         "engine=" + _engine_constants(d),
         "jax_config=" + d(tuple(sorted((k, v) for k, v in jax.config.values.items()
@@ -367,9 +370,11 @@ def clear() -> None:
     _LOADED.clear()
 
 
-def compiled(fn, static, arrays):
+def compiled(fn, static, arrays, options: tuple = ()):
     """``fn(*static.combine(arrays))`` as a compiled program of the flat ``arrays`` (concrete
-    arrays), or ``None``: the caller traces ``fn`` with :func:`jax.jit` as usual.
+    arrays), or ``None``: the caller traces ``fn`` with :func:`jax.jit` as usual. ``options``:
+    XLA compiler options as ``(name, value)`` pairs (part of the key;
+    :data:`gradflow._engine._fastjit.FAST_COMPILE`).
 
     In order: this process's program for these static settings and abstract arrays; the
     executable stored for the key (deserialised and loaded: no tracing, lowering or compilation);
@@ -379,24 +384,24 @@ def compiled(fn, static, arrays):
     if any(isinstance(x, jax.core.Tracer) for x in arrays):
         return None  # called inside a transformation: an executable takes concrete arrays only
     avals = tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in arrays)
-    memo = (fn, static, avals)
+    memo = (fn, static, avals, options)
     try:
         return _LOADED[memo]
     except KeyError:
         pass
-    run = _compiled(fn, static, arrays)
+    run = _compiled(fn, static, arrays, options)
     if len(_LOADED) >= 256:
         _LOADED.clear()
     _LOADED[memo] = run
     return run
 
 
-def _compiled(fn, static, arrays):
+def _compiled(fn, static, arrays, options):
     where = folder()
     if where is None or not _pinned.EXPORT_ACTIVE:
         return _count("traced", None)
     try:
-        key = _key(fn, static, arrays)
+        key = _key(fn, static, arrays, options)
     except NotExportable:
         return _count("traced", None)
     path = _path(where, fn, key)
@@ -413,9 +418,9 @@ def _compiled(fn, static, arrays):
                 return _count("loaded", _bind(exported, _load_executable(payload, exported)))
         except Exception:  # noqa: BLE001 - e.g. an executable this jaxlib cannot load: compile it again
             pass
-        return _count("from_exported", _compile_and_store(exported, path, key))  # None: trace
+        return _count("from_exported", _compile_and_store(exported, path, key, options=options))  # None: trace
     try:
-        exported, jitted, specs = _export(fn, static, arrays)
+        exported, jitted, specs = _export(fn, static, arrays, options)
     except Exception:  # noqa: BLE001 - not exportable (host callbacks, output pytrees, ...): remember it
         try:
             _write(path, _MARK_UNEXPORTABLE + key.encode())
@@ -472,7 +477,7 @@ def _compile_fresh(lowered):
     return program, getattr(_writes, "count", 0) > before
 
 
-def _compile_and_store(exported, path: str, key: str, lowered=None):
+def _compile_and_store(exported, path: str, key: str, lowered=None, options: tuple = ()):
     """Compile ``lowered`` (default: ``exported`` lowered; JAX's compilation cache applies),
     store its executable (when it can be serialised, and only when XLA compiled it in this
     process) and return the callable (``None`` if it does not compile).
@@ -486,7 +491,7 @@ def _compile_and_store(exported, path: str, key: str, lowered=None):
     try:
         if lowered is None:
             specs = [jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=a.weak_type) for a in exported.in_avals]
-            lowered = jax.jit(_flat_call(exported)).lower(*specs)
+            lowered = jax.jit(_flat_call(exported), compiler_options=dict(options) or None).lower(*specs)
         program, fresh = _compile_fresh(lowered)
     except Exception:  # noqa: BLE001 - e.g. a program this backend cannot run: the caller traces
         return None
@@ -529,7 +534,7 @@ def _matches(exported, arrays) -> bool:
         a.shape == tuple(x.shape) and a.dtype == x.dtype for a, x in zip(exported.in_avals, arrays))
 
 
-def _export(fn, static, arrays):
+def _export(fn, static, arrays, options: tuple = ()):
     def flat(*xs):
         out = fn(*static.combine(xs))
         if not all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(out)):
@@ -538,5 +543,5 @@ def _export(fn, static, arrays):
 
     flat.__name__ = flat.__qualname__ = fn.__name__  # the compiled module is named after ``fn``
     specs = [jax.ShapeDtypeStruct(x.shape, x.dtype, weak_type=getattr(x, "weak_type", False)) for x in arrays]
-    jitted = jax.jit(flat)
+    jitted = jax.jit(flat, compiler_options=dict(options) or None)
     return jax.export.export(jitted, platforms=(jax.default_backend(),))(*specs), jitted, specs

@@ -17,6 +17,9 @@ program is the one ``equinox.filter_jit`` traces, so results are bitwise the sam
 on, a new process loads the compiled solve stored beside the cache instead of tracing it
 (:mod:`gradflow._engine._export`).
 
+``filter_jit(compile_fast=pred)``: calls for which ``pred(*args)`` is true are compiled with
+:data:`FAST_COMPILE` (a second :func:`jax.jit` of the same traced function).
+
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
 runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
 :func:`gradflow._engine._pinned.cacheable`).
@@ -29,7 +32,28 @@ import jax
 
 from . import _export
 
-__all__ = ["filter_jit"]
+__all__ = ["FAST_COMPILE", "filter_jit"]
+
+FAST_COMPILE = (("xla_cpu_use_fusion_emitters", False),)
+"""XLA compiler options (``(name, value)`` pairs, :func:`jax.jit`'s ``compiler_options``) of the
+engine's programs whose compile outweighs their run: solves of fewer than
+:data:`gradflow._engine.batch.UNROLL_LANES` lanes (one ``simulate`` or ``integrate``, a small
+batch, the later rounds of a few lanes). XLA:CPU then generates its elementwise kernels with its
+older emitters instead of its MLIR fusion emitters.
+
+Results: those of XLA's defaults, bitwise for the explicit rounds and the stiffness detector
+(checked on a single logistic flow and the 75-parameter deep linear net of
+``benchmarks/first_call.py``); the LU solves of a Rodas4 round can differ in their last bits,
+which the step-size control carries into differences within the solve's tolerances
+(``tests/test_fastjit.py``). The choice is fixed by the lanes and the state size, so a call gives
+the same bits every time.
+
+Measured (jaxlib 0.10.2, 2 idle cores, fresh processes): the deep linear net's XLA compile
+2.9–3.2 s → 2.2–2.4 s, its warm run unchanged (0.17–0.19 s); a single n = 8 logistic flow's first
+call 2.4 → 1.7 s; the square family at d = 64 with ``rodas4-krylov`` 9.6 → 8.3 s first call, warm
+unchanged, peak memory above import 595 → 239 MiB. Batches of 128 and 1024 lanes run 10–40 %
+slower warm with these options (0.17 → 0.20–0.29 s for 1024 seeds), so throughput-bound solves
+keep XLA's defaults. Other backends ignore these CPU options."""
 
 
 _is_array = eqx.is_array  # what equinox traces: JAX and NumPy arrays, NumPy scalars
@@ -80,7 +104,7 @@ class _Out:
         return type(other) is _Out and self.static == other.static
 
 
-def filter_jit(fn=None, *, export: bool = False):
+def filter_jit(fn=None, *, export: bool = False, compile_fast=None):
     """``fn`` compiled with :func:`jax.jit`, array leaves of its positional arguments traced and
     every other leaf static (as :func:`equinox.filter_jit`); returns ``fn``'s output pytree.
 
@@ -89,9 +113,12 @@ def filter_jit(fn=None, *, export: bool = False):
     process loads them instead of tracing, lowering and compiling ``fn``
     (:func:`gradflow._engine._export.compiled`; any miss or failure traces ``fn`` as usual).
     Its output pytree's :class:`equinox.Module` nodes must be registered with
-    :func:`gradflow._engine._export.register_output`."""
+    :func:`gradflow._engine._export.register_output`.
+
+    ``compile_fast``: a predicate of the call's arguments; where it is true the program is
+    compiled with :data:`FAST_COMPILE` (default ``None``: never)."""
     if fn is None:
-        return lambda f: filter_jit(f, export=export)
+        return lambda f: filter_jit(f, export=export, compile_fast=compile_fast)
 
     def traced(static: _Static, arrays):
         out = fn(*static.combine(arrays))
@@ -101,17 +128,22 @@ def filter_jit(fn=None, *, export: bool = False):
     traced.__name__, traced.__qualname__ = fn.__name__, getattr(fn, "__qualname__", fn.__name__)
     traced.__module__, traced.__doc__ = fn.__module__, fn.__doc__
     jitted = jax.jit(traced, static_argnums=0)
+    jitted_fast = None if compile_fast is None else jax.jit(traced, static_argnums=0,
+                                                             compiler_options=dict(FAST_COMPILE))
 
     def call(*args):
         arrays, static = _partition(args)
+        # compiler options apply to a top-level program only (JAX refuses them on a nested jit)
+        fast = compile_fast is not None and compile_fast(*args) and not any(
+            isinstance(x, jax.core.Tracer) for x in arrays)
         if export:
-            program = _export.compiled(fn, static, arrays)
+            program = _export.compiled(fn, static, arrays, FAST_COMPILE if fast else ())
             if program is not None:
                 return program(arrays)
-        out_arrays, out = jitted(static, arrays)
+        out_arrays, out = (jitted_fast if fast else jitted)(static, arrays)
         return out.static.combine(out_arrays)
 
     call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
     call.__module__ = fn.__module__
-    call.jitted = jitted
+    call.jitted, call.jitted_fast = jitted, jitted_fast
     return call

@@ -110,12 +110,21 @@ def _per_lane(fn, args_batched, n_lane_args):
     return call
 
 
-@eqx.filter_jit
+def _throughput_bound(y) -> bool:
+    """Whether a solve of the lanes ``y`` (a pytree of arrays with a leading lane axis) is bound by
+    its run rather than its compile: :data:`UNROLL_LANES` lanes or more, or :data:`UNROLL_STATE`
+    floats per lane or more. Such a solve runs Dopri8 with its stages unrolled and is compiled with
+    XLA's default options; any other engine program of these lanes is compiled with
+    :data:`gradflow._engine._fastjit.FAST_COMPILE` (same results, a shorter compile)."""
+    leaves = jax.tree.leaves(y)
+    lanes = leaves[0].shape[0]
+    return lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
+
+
+@_fastjit.filter_jit(compile_fast=lambda flow, fargs, y0, *rest: not _throughput_bound(y0))
 def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
     """Solve the lanes ``(y0, tau0)`` (leading lane axis) for one round ``rnd``."""
-    leaves = jax.tree.leaves(y0)
-    lanes = leaves[0].shape[0]
-    unrolled = lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
+    unrolled = _throughput_bound(y0)
     fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus=settings.taus, rtol=settings.rtol, atol=settings.atol,
                                             solver=rnd.solver, max_steps=rnd.cap, budget=rnd.steps,
                                             batched=unrolled)
@@ -200,7 +209,7 @@ def _start(flow, fargs, params0, settings: Settings) -> SolveState:
 
 # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
 # cache on, stored as a serialised program that a new process loads instead of tracing it
-@_fastjit.filter_jit(export=True)
+@_fastjit.filter_jit(export=True, compile_fast=lambda flow, fargs, params0, state, *rest: not _throughput_bound(state.y_end))
 def _fused_round(flow, fargs, params0, state: SolveState, settings: Settings, rnd: Round):
     """One round of every lane of ``state``, fused with the finish into one compiled call: most
     runs end in their first round, and then this is the only dispatch of a solve (per-call
@@ -263,7 +272,7 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
     )
 
 
-@eqx.filter_jit
+@_fastjit.filter_jit(compile_fast=lambda flow, fargs, ends, *rest: not _throughput_bound(ends[0]))
 def _stiffness_jit(flow, fargs, ends, args_batched: bool):
     return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end), args_batched, 4)(fargs, *ends)
 
