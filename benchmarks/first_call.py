@@ -25,7 +25,11 @@ hit). In that child, in this order (:func:`measure`):
 6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
    round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
    event and with the non-finite event only, and the stiffness detector (``_stiffness_jit``) on
-   its own: what the rest event adds to a compile, and what the detector costs when a run goes on.
+   its own: what the rest event adds to a compile, and what the detector costs when a run goes on;
+7. also for the main row of a full run, a second fresh process with XLA's default compiler options
+   (``--default-options``: :data:`gradflow._engine._fastjit.FAST_COMPILE` set to ``()`` before the
+   first call): gradflow's first and warm calls only, the baseline of the options the engine gives
+   a single run.
 
 ``python -m benchmarks.first_call [--quick] [--only NAME]`` prints the Markdown and writes
 ``benchmarks/FIRST_CALL.md`` and ``benchmarks/FIRST_CALL.json``; ``python -m benchmarks``
@@ -342,15 +346,21 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
 
 
 def measure(name: str, warm_repeats: int = 3, ablate: bool = False, scipy_methods=SCIPY_METHODS,
-            reference: bool = True) -> dict:
+            reference: bool = True, default_options: bool = False) -> dict:
     """One row, timed in this process (:mod:`benchmarks.first_call`'s docstring says what, in which
     order). Meant for a fresh process (``--child``); in-process (tests) the "first" call is only
-    first for this problem's functions."""
+    first for this problem's functions. ``default_options``: every engine program compiled with
+    XLA's default options (the baseline of :data:`gradflow._engine._fastjit.FAST_COMPILE`)."""
     start = time.perf_counter()
     import jax
     import jax.numpy as jnp
 
     import gradflow
+
+    if default_options:
+        from gradflow._engine import _fastjit
+
+        _fastjit.FAST_COMPILE = ()
 
     import_s = time.perf_counter() - start
     rec = recorder()
@@ -399,7 +409,7 @@ def measure(name: str, warm_repeats: int = 3, ablate: bool = False, scipy_method
         first_s=first_s, warm_s=float(np.median(warm)), warm_repeats=warm_repeats,
         status=sol.status, steps=int(sol.num_steps), t_steady=float(sol.t_steady), rounds=rounds,
         first_error=err(g_end), warm_same_as_first=bool(np.array_equal(g_end, end(sol2))),
-        first_breakdown=first_totals, functions=functions,
+        first_breakdown=first_totals, functions=functions, default_options=default_options, end=g_end.tolist(),
         scipy=scipy_rows, reference=ref, ablation=ablation,
         cache=dict(dir=str(jax.config.jax_compilation_cache_dir), enabled=bool(jax.config.jax_enable_compilation_cache),
                    gradflow_no_cache=os.environ.get("GRADFLOW_NO_CACHE"), **rec.cache),
@@ -416,12 +426,15 @@ def child_env(tmp: str) -> dict:
     return env
 
 
-def run_child(name: str, warm_repeats: int, ablate: bool) -> dict:
-    """:func:`measure` of one row in a fresh process (``python -m benchmarks.first_call --child``)."""
+def run_child(name: str, warm_repeats: int, ablate: bool, default_options: bool = False) -> dict:
+    """:func:`measure` of one row in a fresh process (``python -m benchmarks.first_call --child``;
+    ``default_options``: gradflow's calls only, with XLA's default compiler options)."""
     with tempfile.TemporaryDirectory(prefix="gradflow-first-call-") as tmp:
         cmd = [sys.executable, "-m", "benchmarks.first_call", "--child", name, "--warm", str(warm_repeats)]
         if ablate:
             cmd.append("--ablate")
+        if default_options:
+            cmd.append("--default-options")
         start = time.perf_counter()
         out = subprocess.run(cmd, cwd=ROOT, env=child_env(tmp), capture_output=True, text=True)
         wall = time.perf_counter() - start
@@ -441,6 +454,8 @@ def run(quick: bool = False, only=None) -> dict:
     for name in names:
         t = time.perf_counter()
         rows.append(run_child(name, warm_repeats=1 if quick else 3, ablate=problem(name).main and not quick))
+        if problem(name).main and not quick:
+            rows[-1]["baseline"] = run_child(name, warm_repeats=3, ablate=False, default_options=True)
         print(f"first_call: {name} done in {time.perf_counter() - t:.0f} s", file=sys.stderr, flush=True)
     return dict(quick=quick, rows=rows, measured=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                 load_average=os.getloadavg()[0], cores=os.cpu_count())
@@ -535,7 +550,25 @@ def breakdown(row) -> str:
             L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile over the non-finite event; "
                   f"the stiffness detector, a program of its own, costs {tot[2]:.2f} s and is compiled only when a lane "
                   "goes on to a second round."]
+    base = row.get("baseline")
+    if base:
+        bb = base["first_breakdown"]
+        L += ["", f"The same first call with XLA's default compiler options (a fresh process of this run, "
+              "`--default-options`: the engine's programs compiled with XLA's defaults instead of `FAST_COMPILE`, "
+              "the older elementwise emitters that a single run gets): "
+              f"first call {base['first_s']:.2f} s (XLA compile {bb['compile']:.2f} s, "
+              f"tracing {bb['trace']:.2f} s), warm {base['warm_s']:.3f} s; with the options {first:.2f} s (XLA compile "
+              f"{b['compile']:.2f} s), warm {row['warm_s']:.3f} s: {base['first_s'] / first:.2f}× faster first call, "
+              f"final state {_same(base, row)}."]
     return "\n".join(L)
+
+
+def _same(a, b) -> str:
+    """How the final states of two rows compare: bitwise, or their largest relative difference."""
+    x, y = np.asarray(a["end"]), np.asarray(b["end"])
+    if np.array_equal(x, y):
+        return "bitwise the same"
+    return f"the same to {np.max(np.abs(x - y)) / np.max(np.abs(y)):.1e} (max-norm, relative)"
 
 
 def notes(rows) -> str:
@@ -606,9 +639,12 @@ def main(argv=None) -> int:
     p.add_argument("--child", metavar="NAME", help=argparse.SUPPRESS)
     p.add_argument("--warm", type=int, default=3, help=argparse.SUPPRESS)
     p.add_argument("--ablate", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--default-options", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
-        print(json.dumps(measure(args.child, warm_repeats=args.warm, ablate=args.ablate), default=str))
+        kw = dict(scipy_methods=(), reference=False) if args.default_options else {}
+        print(json.dumps(measure(args.child, warm_repeats=args.warm, ablate=args.ablate,
+                                 default_options=args.default_options, **kw), default=str))
         return 0
     res = run(quick=args.quick, only=args.only)
     cmd = "python -m benchmarks.first_call" + (" --quick" if args.quick else "") + "".join(

@@ -53,7 +53,9 @@ Measured (jaxlib 0.10.2, 2 idle cores, fresh processes): the deep linear net's X
 call 2.4 → 1.7 s; the square family at d = 64 with ``rodas4-krylov`` 9.6 → 8.3 s first call, warm
 unchanged, peak memory above import 595 → 239 MiB. Batches of 128 and 1024 lanes run 10–40 %
 slower warm with these options (0.17 → 0.20–0.29 s for 1024 seeds), so throughput-bound solves
-keep XLA's defaults. Other backends ignore these CPU options."""
+keep XLA's defaults. Other backends ignore these CPU options. Read at each call: set to ``()``
+before a program's first call, it compiles with XLA's defaults (``benchmarks/first_call.py``
+measures both in the same run)."""
 
 
 _is_array = eqx.is_array  # what equinox traces: JAX and NumPy arrays, NumPy scalars
@@ -128,22 +130,29 @@ def filter_jit(fn=None, *, export: bool = False, compile_fast=None):
     traced.__name__, traced.__qualname__ = fn.__name__, getattr(fn, "__qualname__", fn.__name__)
     traced.__module__, traced.__doc__ = fn.__module__, fn.__doc__
     jitted = jax.jit(traced, static_argnums=0)
-    jitted_fast = None if compile_fast is None else jax.jit(traced, static_argnums=0,
-                                                             compiler_options=dict(FAST_COMPILE))
+    with_options = {(): jitted}
+
+    def jitted_for(options: tuple):
+        """The :func:`jax.jit` of ``fn`` compiled with the XLA ``options`` (one per options)."""
+        j = with_options.get(options)
+        if j is None:
+            j = with_options[options] = jax.jit(traced, static_argnums=0, compiler_options=dict(options))
+        return j
 
     def call(*args):
         arrays, static = _partition(args)
         # compiler options apply to a top-level program only (JAX refuses them on a nested jit)
         fast = compile_fast is not None and compile_fast(*args) and not any(
             isinstance(x, jax.core.Tracer) for x in arrays)
+        options = FAST_COMPILE if fast else ()  # read at each call: a benchmark may set it to ()
         if export:
-            program = _export.compiled(fn, static, arrays, FAST_COMPILE if fast else ())
+            program = _export.compiled(fn, static, arrays, options)
             if program is not None:
                 return program(arrays)
-        out_arrays, out = (jitted_fast if fast else jitted)(static, arrays)
+        out_arrays, out = (jitted if not options else jitted_for(options))(static, arrays)
         return out.static.combine(out_arrays)
 
     call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
     call.__module__ = fn.__module__
-    call.jitted, call.jitted_fast = jitted, jitted_fast
+    call.jitted, call.jitted_for = jitted, jitted_for
     return call
