@@ -225,3 +225,25 @@ def test_key_names_every_static_setting_and_refuses_what_it_cannot_name(monkeypa
 
     with pytest.raises(_export.NotExportable):
         _simulate_key(fargs=(UserThing,))
+
+
+def test_this_process_keeps_one_program_per_compiler_options(monkeypatch):
+    """``compiled`` remembers a program per function, static part, abstract arrays and XLA options:
+    the same call with the other options gets its own program (not the one compiled for the first),
+    and each is reused on a repeated call. (Negative control: the mutation
+    ``export_memo_options_ignored`` of ``tests/mutate.py``, the memo without the options, fails it.)"""
+    made = []
+
+    def fake(fn, static, arrays, options):
+        made.append(options)
+        return ("program", options)
+
+    monkeypatch.setattr(_export, "_compiled", fake)
+    monkeypatch.setattr(_export, "_LOADED", {})
+    arrays = [np.zeros(3)]
+    plain = _export.compiled(test_this_process_keeps_one_program_per_compiler_options, "static", arrays, ())
+    fast = _export.compiled(test_this_process_keeps_one_program_per_compiler_options, "static", arrays,
+                            _fastjit.FAST_COMPILE)
+    assert plain == ("program", ()) and fast == ("program", _fastjit.FAST_COMPILE)
+    assert _export.compiled(test_this_process_keeps_one_program_per_compiler_options, "static", arrays, ()) is plain
+    assert made == [(), _fastjit.FAST_COMPILE]

@@ -30,32 +30,33 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 
-from . import _export
+from . import _export, _pinned
 
 __all__ = ["FAST_COMPILE", "filter_jit"]
 
-FAST_COMPILE = (("xla_cpu_use_fusion_emitters", False),)
+FAST_COMPILE = _pinned.fast_compile_options()
 """XLA compiler options (``(name, value)`` pairs, :func:`jax.jit`'s ``compiler_options``) of the
 engine's programs whose compile outweighs their run: solves of fewer than
 :data:`gradflow._engine.batch.UNROLL_LANES` lanes (one ``simulate`` or ``integrate``, a small
-batch, the later rounds of a few lanes). XLA:CPU then generates its elementwise kernels with its
-older emitters instead of its MLIR fusion emitters.
+batch, the later rounds of a few lanes; :func:`gradflow._engine.batch._throughput_bound`).
+``xla_cpu_use_fusion_emitters=False``: XLA:CPU generates its elementwise kernels with its older
+emitters instead of its MLIR fusion emitters. ``()`` (XLA's defaults) on a jaxlib this was not
+tested on (:func:`gradflow._engine._pinned.fast_compile_options`).
 
 Results: those of XLA's defaults, bitwise for the explicit rounds and the stiffness detector
-(checked on a single logistic flow and the 75-parameter deep linear net of
-``benchmarks/first_call.py``); the LU solves of a Rodas4 round can differ in their last bits,
-which the step-size control carries into differences within the solve's tolerances
-(``tests/test_fastjit.py``). The choice is fixed by the lanes and the state size, so a call gives
-the same bits every time.
+(checked on a value-softmax flow and a small stiff loss in ``tests/test_fastjit.py``, and on the
+75-parameter deep linear net of ``benchmarks/first_call.py``); the LU solves of a Rodas4 round
+can differ in their last bits, which the step-size control carries into differences within the
+solve's tolerances (``tests/test_fastjit.py``). The choice is fixed by the lanes and the state
+size, so a call gives the same bits every time.
 
-Measured (jaxlib 0.10.2, 2 idle cores, fresh processes): the deep linear net's XLA compile
-2.9–3.2 s → 2.2–2.4 s, its warm run unchanged (0.17–0.19 s); a single n = 8 logistic flow's first
-call 2.4 → 1.7 s; the square family at d = 64 with ``rodas4-krylov`` 9.6 → 8.3 s first call, warm
-unchanged, peak memory above import 595 → 239 MiB. Batches of 128 and 1024 lanes run 10–40 %
-slower warm with these options (0.17 → 0.20–0.29 s for 1024 seeds), so throughput-bound solves
-keep XLA's defaults. Other backends ignore these CPU options. Read at each call: set to ``()``
-before a program's first call, it compiles with XLA's defaults (``benchmarks/first_call.py``
-measures both in the same run)."""
+Measured in the same run (``benchmarks/FIRST_CALL.md``, 2 idle cores, fresh processes): the deep
+linear net's first call 4.42 s against 4.76 s with XLA's defaults, its XLA compile 2.65 s against
+3.09 s (14 % less), its warm call the same. During development (one process each way, not in
+``benchmarks/``): batches of 128 and 1024 lanes ran 10–70 % slower warm with these options (1024
+seeds: 0.17 s with XLA's defaults, 0.20–0.29 s with them), hence the lane limit. Other backends
+ignore these CPU options. Read at each call: set to ``()`` before a program's first call, it
+compiles with XLA's defaults (``benchmarks/first_call.py --default-options``)."""
 
 
 _is_array = eqx.is_array  # what equinox traces: JAX and NumPy arrays, NumPy scalars

@@ -25,6 +25,9 @@ unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails
 - :data:`CACHE_WRITE_EVENT` (JAX): the name of the event by which JAX says it compiled an executable
   and wrote it to its persistent cache; :mod:`gradflow._engine._export` stores only such
   executables (if the name changes, nothing is stored: slower, never wrong).
+- :func:`fast_compile_options` (XLA): the compiler options of the engine's compile-bound programs
+  (``xla_cpu_use_fusion_emitters=False``, an XLA debug option, not a JAX API); on a jaxlib not in
+  :data:`TESTED_JAX` none (``()``): XLA's defaults, the same results, a longer compile.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ import jax
 import jaxlib
 
 __all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable", "any_lane", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
-           "serialize_executable"]
+           "serialize_executable", "fast_compile_options"]
 
 TESTED_EQUINOX = ("0.13.8",)
 """equinox versions the swap in :func:`cacheable` was tested on (``tests/test_performance.py``
@@ -147,3 +150,12 @@ def trace_context() -> tuple:
 def serialize_executable():
     """The module ``jax.experimental.serialize_executable``. Only called when :data:`EXPORT_ACTIVE`."""
     return _jax_modules[1]
+
+
+def fast_compile_options(jaxlib_version: str | None = None) -> tuple:
+    """``(("xla_cpu_use_fusion_emitters", False),)`` on a tested jaxlib (:data:`TESTED_JAX`), else
+    ``()``: XLA rejects a compiler option it does not know, and this one is an XLA:CPU debug
+    option that a later XLA may rename or drop (:data:`gradflow._engine._fastjit.FAST_COMPILE`
+    says what it buys). ``jaxlib_version``: default the installed one."""
+    version = jaxlib.__version__ if jaxlib_version is None else jaxlib_version
+    return (("xla_cpu_use_fusion_emitters", False),) if version in TESTED_JAX else ()
