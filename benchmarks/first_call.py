@@ -353,7 +353,7 @@ def measure(name: str, warm_repeats: int = 3, ablate: bool = False, scipy_method
     XLA's default options (the baseline of :data:`gradflow._engine._fastjit.FAST_COMPILE`)."""
     start = time.perf_counter()
     import gradflow  # noqa: F401 - timed: the import is part of the row (import_s)
-    from gradflow._engine import _fastjit
+    from gradflow.internal import engine_fastjit as _fastjit
 
     options = _fastjit.FAST_COMPILE
     if default_options:
