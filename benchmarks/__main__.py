@@ -412,13 +412,33 @@ def report(res, cmd, quick, elapsed) -> str:
     return "\n".join(L)
 
 
+def _carry_large_models(out: str, text: str, res: dict) -> tuple[str, dict]:
+    """``--large-budget 0``: the large-model section of the report already at ``out`` (its Markdown,
+    which states its own command, date and revision, and its JSON entry) carried into the new
+    report unchanged, so that a run without that 1.5-hour section does not drop it."""
+    try:
+        with open(out) as f:
+            old = f.read()
+        with open(os.path.splitext(out)[0] + ".json") as f:
+            old_res = json.load(f)
+    except (OSError, ValueError):
+        return text, res
+    begin, end = large_models.BEGIN, large_models.END
+    if begin not in old or end not in old or "large_models" not in old_res:
+        return text, res
+    kept = old[old.index(begin): old.index(end) + len(end)] + "\n"
+    return large_models.insert(text, kept), {**res, "large_models": old_res["large_models"],
+                                            "large_models_carried_over": True}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="smoke run at small sizes (numbers meaningless)")
     p.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="report path (default benchmarks/RESULTS.md)")
     p.add_argument("--large-budget", type=float, default=600.0, metavar="SECONDS",
                    help="section 'Large models': wall-clock seconds per method per model (default 600: "
-                        "about 1.5 hours for the section; 0: leave the section out). Ignored under --quick")
+                        "about 1.5 hours for the section; 0: not measured, the section of the existing report "
+                        "kept as it is, with its own date and revision). Ignored under --quick")
     args = p.parse_args(argv)
     q = (lambda full, quick: quick) if args.quick else (lambda full, quick: full)
     R = (lambda k: 1) if args.quick else (lambda k: k)
@@ -444,6 +464,8 @@ def main(argv=None) -> int:
     text = first_call.insert(text, first_call.section(res["first_call"], cmd))
     if "large_models" in res:
         text = large_models.insert(text, large_models.section(res["large_models"], cmd))
+    elif not args.quick:
+        text, res = _carry_large_models(args.out, text, res)
     atomic_write(args.out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(args.out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=str).encode()))
     print(f"benchmarks: wrote {args.out}")

@@ -121,3 +121,22 @@ def test_cost_targets_table_follows_the_numbers():
     twice = targets.insert(once, bad)
     assert once.index(targets.BEGIN) < once.index("## Fig. 2 data") and once.count(targets.BEGIN) == 1
     assert twice.count(targets.BEGIN) == 1 and "**missed**" in twice and twice.endswith("## Fig. 2 data\n")
+
+
+def test_a_run_without_the_large_models_keeps_their_section(tmp_path):
+    """``--large-budget 0`` does not measure the large models: the section of the report already
+    there (Markdown and JSON) is carried into the new one unchanged. Control: with no section in
+    the old report, nothing is added."""
+    from benchmarks import large_models
+    from benchmarks.__main__ import _carry_large_models
+
+    out = tmp_path / "RESULTS.md"
+    kept = f"{large_models.BEGIN}\n## Large models\n\nCommand: ..., revision abc1234.\n{large_models.END}\n"
+    out.write_text("# old\n\n" + kept + "\n## Stiff flows\n\nold\n")
+    (tmp_path / "RESULTS.json").write_text(json.dumps({"large_models": {"rows": [1, 2]}}))
+    new = "# new\n\nnumbers\n\n## Stiff flows\n\nnew\n"
+    text, res = _carry_large_models(str(out), new, {"fig2": {}})
+    assert kept in text and text.startswith("# new") and text.endswith("new\n")
+    assert res["large_models"] == {"rows": [1, 2]} and res["large_models_carried_over"] is True and "fig2" in res
+    out.write_text("# old without the section\n")
+    assert _carry_large_models(str(out), new, {"fig2": {}}) == (new, {"fig2": {}})
