@@ -419,16 +419,21 @@ def _carry_large_models(out: str, text: str, res: dict) -> tuple[str, dict]:
     try:
         with open(out) as f:
             old = f.read()
+    except OSError:
+        return text, res
+    try:
         with open(os.path.splitext(out)[0] + ".json") as f:
             old_res = json.load(f)
     except (OSError, ValueError):
-        return text, res
+        old_res = {}
     begin, end = large_models.BEGIN, large_models.END
-    if begin not in old or end not in old or "large_models" not in old_res:
+    if begin not in old or end not in old:
         return text, res
     kept = old[old.index(begin): old.index(end) + len(end)] + "\n"
-    return large_models.insert(text, kept), {**res, "large_models": old_res["large_models"],
-                                            "large_models_carried_over": True}
+    carried = {"large_models_carried_over": True}  # its JSON may live in LARGE_MODELS.json instead
+    if "large_models" in old_res:
+        carried["large_models"] = old_res["large_models"]
+    return large_models.insert(text, kept), {**res, **carried}
 
 
 def main(argv=None) -> int:

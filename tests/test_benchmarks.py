@@ -125,8 +125,8 @@ def test_cost_targets_table_follows_the_numbers():
 
 def test_a_run_without_the_large_models_keeps_their_section(tmp_path):
     """``--large-budget 0`` does not measure the large models: the section of the report already
-    there (Markdown and JSON) is carried into the new one unchanged. Control: with no section in
-    the old report, nothing is added."""
+    there (Markdown, and its JSON entry if the old JSON has one) is carried into the new one
+    unchanged. Control: with no section in the old report, nothing is added."""
     from benchmarks import large_models
     from benchmarks.__main__ import _carry_large_models
 
@@ -138,5 +138,8 @@ def test_a_run_without_the_large_models_keeps_their_section(tmp_path):
     text, res = _carry_large_models(str(out), new, {"fig2": {}})
     assert kept in text and text.startswith("# new") and text.endswith("new\n")
     assert res["large_models"] == {"rows": [1, 2]} and res["large_models_carried_over"] is True and "fig2" in res
+    (tmp_path / "RESULTS.json").write_text(json.dumps({}))  # the section's JSON kept elsewhere (LARGE_MODELS.json)
+    text, res = _carry_large_models(str(out), new, {"fig2": {}})
+    assert kept in text and res == {"fig2": {}, "large_models_carried_over": True}
     out.write_text("# old without the section\n")
     assert _carry_large_models(str(out), new, {"fig2": {}}) == (new, {"fig2": {}})
