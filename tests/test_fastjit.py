@@ -70,21 +70,32 @@ def _stiff_loss(w):
     return 0.5 * jnp.sum(lam * w ** 2) + 0.1 * jnp.sum(w ** 4)
 
 
+_UNTESTED_JAXLIB = pytest.mark.skipif(
+    not _fastjit.FAST_COMPILE, reason="no fast-compile options on an untested jaxlib (gradflow/_engine/_pinned.py)")
+
+
+def test_no_compile_options_on_an_untested_jaxlib():
+    """The XLA option is an XLA:CPU debug option: on a jaxlib not in ``TESTED_JAX`` there are
+    none (XLA's defaults), on a tested one exactly the one option."""
+    from gradflow._engine import _pinned
+
+    assert _pinned.fast_compile_options("0.0.1") == ()
+    assert _pinned.fast_compile_options(_pinned.TESTED_JAX[0]) == (("xla_cpu_use_fusion_emitters", False),)
+    assert _fastjit.FAST_COMPILE == _pinned.fast_compile_options()
+
+
+@_UNTESTED_JAXLIB
 def test_throughput_bound_picks_the_compile_options(monkeypatch):
     """Solves of fewer than ``UNROLL_LANES`` lanes with fewer than ``UNROLL_STATE`` floats per lane
     compile with ``FAST_COMPILE``; the others (unrolled Dopri8, throughput-bound) with XLA's
     defaults: a batch made throughput-bound (``UNROLL_LANES`` lowered to 2) compiles its round with
     the default options only, while a single run of the same flow compiles with ``FAST_COMPILE``
-    only (the control). On an untested jaxlib there are no options (XLA's defaults)."""
+    only (the control)."""
     tb = _batch._throughput_bound
     assert not tb((np.zeros((1, 3)), {"q": np.zeros((1,))}))
     assert not tb((np.zeros((_batch.UNROLL_LANES - 1, 3)),))
     assert tb((np.zeros((_batch.UNROLL_LANES, 3)),))
     assert tb((np.zeros((1, _batch.UNROLL_STATE)),))
-    from gradflow._engine import _pinned
-
-    assert _pinned.fast_compile_options("0.0.1") == ()
-    assert _fastjit.FAST_COMPILE == _pinned.fast_compile_options()
 
     fused = _batch._fused_round
     sizes = lambda: (fused.jitted._cache_size(), fused.jitted_for(_fastjit.FAST_COMPILE)._cache_size())
@@ -112,6 +123,7 @@ def _within_tolerance(a, b, rtol=1e-8, atol=1e-10) -> bool:
         return bool(np.all((a == b) | (np.isnan(a) & np.isnan(b)) | (np.abs(a - b) <= atol + rtol * np.abs(b))))
 
 
+@_UNTESTED_JAXLIB
 def test_fast_compile_options_compute_the_same_within_tolerance(monkeypatch):
     """Every engine program of a single stiff ``integrate`` (its Dopri8 and Rodas4 rounds, the
     stiffness detector) replayed with XLA's default options and with ``FAST_COMPILE``: the Dopri8
