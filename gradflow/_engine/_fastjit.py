@@ -150,7 +150,7 @@ def filter_jit(fn=None, *, export: bool = False, compile_fast=None):
             program = _export.compiled(fn, static, arrays, options)
             if program is not None:
                 return program(arrays)
-        out_arrays, out = (jitted if not options else jitted_for(options))(static, arrays)
+        out_arrays, out = jitted_for(options)(static, arrays)  # () gives ``jitted`` itself
         return out.static.combine(out_arrays)
 
     call.__name__, call.__qualname__, call.__doc__, call.__wrapped__ = traced.__name__, traced.__qualname__, fn.__doc__, fn
