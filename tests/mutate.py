@@ -79,29 +79,6 @@ class Mutation:
     is not counted as missed (if a test does catch it, the argument is wrong: it counts as caught)."""
 
 
-NONFINITE_EVENT_IS_REDUNDANT = (
-    "the stall path reaches the same end. The event stops a solve once an *accepted* state has a "
-    "non-finite field. Every solver evaluates the field at or next to its candidate state inside "
-    "the step (tsit5/dopri5: the FSAL stage is the candidate; dopri8: three stages at c = 1; "
-    "kvaerno5: the last stage is the candidate, solved by Newton; rodas4: its last stage is at the "
-    "embedded solution, which differs from the candidate by the error estimate), so in practice a "
-    "step into a non-finite region is rejected before it is accepted, and the step collapses at the "
-    "boundary: status stalled, then _nonfinite_ahead finds the non-finite field a few dtmin "
-    "ahead and reports nonfinite. Even if a state with a "
-    "non-finite field were accepted, the next step's first stage would be non-finite, every later "
-    "step rejected, and the solve would stall at that same state: same status, t_end and state; "
-    "only rejected steps differ. Measured (2026-12-01), event on vs off in separate processes: "
-    "y' = 1 below a NaN wall at y = 1 (tests/test_failures.py::"
-    "test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall), 5 starts x 2 horizons x 5 "
-    "solvers (auto = dopri8, tsit5, dopri5, kvaerno5, rodas4): status, t_end and num_steps "
-    "identical; y' = y below the wall, 2000 lanes log-spaced y0 in [1e-6, 0.5], integrate_batch with dopri8 and with rodas4: num_steps and t_end identical "
-    "on every lane (a lane where the event fired would take fewer steps with it on); CliffTeacher "
-    "(test_failures.py): 93 steps, t_end error 1.7e-10 either way; with the mutation applied, the "
-    "default files that exercise non-finite fields and stalls (test_failures, test_descend, "
-    "test_integrate, test_properties: 62 tests) pass. The event is a guard that costs "
-    "one field evaluation per step; removing it is a decision for the engine's owners.")
-
-
 MUTATIONS = (
     # ---- maps
     Mutation("softmax_vjp_plain", "gradflow/maps.py",
@@ -234,11 +211,19 @@ ENGINE_MUTATIONS = (
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.stalled, Status.solver_failed)",
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.max_steps, Status.solver_failed)",
              "a stalled solve reported as max_steps", "tests/test_failures.py::test_engine_reports_a_blow_up_as_stalled_in_one_solve"),
-    Mutation("nonfinite_event_off", "gradflow/_engine/solve.py",
-             "    return ~_all_finite(_log_time_rhs(tau, y, args))", "    return jnp.zeros((), bool)",
-             "the non-finite event never fires",
-             "tests/test_failures.py::test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall",
-             equivalent=NONFINITE_EVENT_IS_REDUNDANT),
+    Mutation("stall_probe_skipped", "gradflow/_engine/batch.py",
+             "    if stalled.size == 0:\n        return result", "    if True:\n        return result",
+             "a stall with a non-finite field just ahead reported as stalled, not nonfinite",
+             "tests/test_failures.py::test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall"),
+    Mutation("stall_probe_wrong_lanes", "gradflow/_engine/batch.py",
+             "    codes[stalled[bad]] = Status.nonfinite", "    codes[stalled[::-1][bad]] = Status.nonfinite",
+             "the stall probe's verdicts written to the wrong lanes of a batch",
+             "tests/test_failures.py::test_stall_probe_marks_only_the_lanes_with_a_wall_ahead"),
+    Mutation("end_field_unchecked", "gradflow/_engine/solve.py",
+             "    bad_end = ~_all_finite(_log_time_rhs(tau_end[0], y_end, FlowArgs(flow, fargs)))",
+             "    bad_end = jnp.zeros((), bool)",
+             "a solve that ends on a non-finite field (a rest event fired by it) reported ok",
+             "tests/test_failures.py::test_quadrature_nonfinite_at_the_start_ends_nonfinite_at_zero"),
     # ---- auto's phase policy and the stiffness detector (gradflow/_engine/stiff.py)
     Mutation("never_implicit", "gradflow/_engine/stiff.py",
              "codes = np.where(stiff, implicit, code_of(EXPLICIT))", "codes = np.where(stiff, code_of(EXPLICIT), code_of(EXPLICIT))",
@@ -350,7 +335,7 @@ ENGINE_MUTATIONS = (
              "num_steps=put(state.num_steps[idx] + out.num_steps, state.num_steps)",
              "num_steps=put(out.num_steps, state.num_steps)",
              "steps of earlier rounds forgotten (the step budget never runs out across rounds)",
-             "tests/test_failures.py"),
+             "tests/test_failures.py::test_quadrature_nonfinite_at_the_start_ends_nonfinite_at_zero"),
     Mutation("batch_save_points_overwritten", "gradflow/_engine/batch.py",
              "new_points = out.reached & ~old_reached", "new_points = out.reached | old_reached",
              "a later round overwrites the save points an earlier round reached",

@@ -132,8 +132,9 @@ def test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall(solver):
     every saved state on the line ``y = 1/4 + t`` below the wall. Negative control: the same
     field without the wall runs to ``t1`` with status ``ok`` and ``y(t1) = 1/4 + t1``.
 
-    (Also the evidence that the solver's non-finite *event* is redundant — see
-    ``nonfinite_event_off`` in ``tests/mutate.py``: with it off, these runs are identical.)"""
+    No event stops these runs (the engine has none without the rest stop): the step collapses at
+    the wall, the solve stalls, and the engine's probe just ahead of the stall finds the NaN
+    (``gradflow._engine.batch._probe_stalls``)."""
     y0, t1 = 0.25, 10.0
     ts = np.array([0.0, 0.1, 0.5, 0.7, 2.0, t1])
     wall = lambda p: {"y": jnp.where(p["y"] < 1.0, 1.0, jnp.nan)}
@@ -150,3 +151,42 @@ def test_field_undefined_past_a_wall_ends_nonfinite_at_the_wall(solver):
                               field=lambda p: {"y": jnp.ones_like(p["y"])}, solver=solver, rtol=1e-10, atol=1e-12)
     assert free.status == "ok" and float(free.t_end) == t1
     np.testing.assert_allclose(np.asarray(free.params["y"]), y0 + ts, rtol=3e-9)  # measured <= 3.1e-10
+
+
+@pytest.mark.parametrize("rest_stop", [True, False])
+def test_quadrature_nonfinite_at_the_start_ends_nonfinite_at_zero(rest_stop):
+    """A quadrature whose integrand is NaN at ``params0`` (``y ≥ 1``) while the field ``y' = 1`` is
+    finite: the run ends ``nonfinite`` at ``t = 0`` (docs, "Solvers and statuses"), with or
+    without the rest stop (with it, the rest event fires on the non-finite integrand at once and
+    the end check must not read that as rest). Control: the integrand NaN only from ``y = 2``
+    on, from ``y = 1/4``: ``nonfinite`` at ``t = 7/4``, with ``Q(1) = ∫₀¹ 1 dt = 1`` on the way."""
+    q = lambda wall: {"q": lambda p: jnp.where(p["y"] < wall, 1.0, jnp.nan)}
+    one = lambda p: {"y": jnp.ones_like(p["y"])}
+    sol = gradflow.integrate(lambda p: -p["y"], {"y": 1.5}, t1=10.0, field=one, quadratures=q(1.0), rest_stop=rest_stop)
+    assert sol.status == "nonfinite" and float(sol.t_end) == 0.0
+    ctrl = gradflow.integrate(lambda p: -p["y"], {"y": 0.25}, t1=10.0, ts=[0.0, 1.0, 10.0], field=one,
+                              quadratures=q(2.0), rest_stop=rest_stop, rtol=1e-10, atol=1e-12)
+    assert ctrl.status == "nonfinite" and float(ctrl.t_end) == pytest.approx(1.75, rel=1e-8)
+    np.testing.assert_allclose(float(np.asarray(ctrl.quadratures["q"])[1]), 1.0, rtol=1e-8)
+
+
+def test_stall_probe_marks_only_the_lanes_with_a_wall_ahead():
+    """A batch of four lanes, each ending in a stall: lane 0 runs ``y' = 1`` into a NaN wall at
+    ``y = 1`` from ``y = 1/4`` (by hand: the wall at ``t = 3/4``), lanes 1 and 2 blow up as
+    ``y' = y²`` from ``y = 1`` and ``y = 1/2`` (``1/(1 − t)``, ``2/(2 − t)``: at ``t = 1`` and
+    ``t = 2``, the field finite all the way), lane 3 runs ``y' = 1`` without a wall to ``t1``.
+    The probe after a stall must mark lane 0 alone ``nonfinite``: lanes 1 and 2 stay ``stalled``
+    and lane 3 ends ``ok``, each ``t_end`` where the hand calculation puts it. Lane-by-lane
+    controls: the same batch's blow-ups and free run."""
+    t1 = 10.0
+    y0 = np.array([0.25, 1.0, 0.5, 0.25])
+    kind = np.array([0.0, 1.0, 1.0, 2.0])  # 0: wall, 1: y' = y², 2: free
+
+    def field(p, k):
+        y = p["y"]
+        return {"y": jnp.where(k == 1.0, y**2, jnp.where((k == 2.0) | (y < 1.0), 1.0, jnp.nan))}
+
+    sol = gradflow.integrate_batch(lambda p, k: -p["y"], {"y": y0}, t1=t1, args=kind, args_batched=True, field=field,
+                                   rest_stop=False, solver="dopri8", rtol=1e-10, atol=1e-12)
+    assert list(sol.status) == ["nonfinite", "stalled", "stalled", "ok"], list(sol.status)
+    np.testing.assert_allclose(np.asarray(sol.t_end), [0.75, 1.0, 2.0, t1], rtol=1e-6)

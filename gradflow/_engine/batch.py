@@ -24,7 +24,7 @@ from . import solve as _solve
 from . import stiff as _stiff
 from .settings import Round, Settings
 from .solvers import spec
-from .solve import Flow, SolveState, Status, _all_finite, _where_leading, rhs
+from .solve import Flow, SolveState, Status, _where_leading
 
 __all__ = ["Finished", "ROUND_STEPS", "LANES_PER_SOLVE", "UNROLL_LANES", "UNROLL_STATE", "run", "check_devices"]
 
@@ -131,22 +131,21 @@ def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
     return _per_lane(fn, settings.args_batched, 2)(fargs, y0, tau0)
 
 
-def _finish(flow, fargs, ys, valid, y0, y_end, code):
-    """Forward-fill unreached points (from ``y0``), observe, check the final field is finite."""
+def _finish(flow, fargs, ys, valid, y0, code):
+    """Forward-fill unreached points (from ``y0``) and observe. (A non-finite field at the end
+    state is already in ``code``: :func:`gradflow._engine.solve.solve_lane` checks it.)"""
     params, quads = forward_fill(valid, ys, init=y0)
     observed = {} if flow.observe is None else jax.vmap(lambda p: flow.observe(p, fargs))(params)
-    field_ok = _all_finite(rhs(flow, y_end, fargs))
-    return dict(params=params, quadratures=quads, observed=observed, valid=valid,
-                status_code=jnp.where(field_ok, code, Status.nonfinite))
+    return dict(params=params, quadratures=quads, observed=observed, valid=valid, status_code=code)
 
 
 def _finish_all(flow, fargs, state, y0, settings: Settings) -> Finished:
     """The result of all lanes: :func:`_finish` per lane, the first ``settings.keep`` save points
     (``settings.taus`` may carry an extra end point), lane ``settings.lane`` only if it is not ``None``."""
-    fn = lambda a, y, v, y_0, ye, c: _finish(flow, a, y, v, y_0, ye, c)
+    fn = lambda a, y, v, y_0, c: _finish(flow, a, y, v, y_0, c)
     taus = settings.taus
     reached = state.reached | (taus == 0)  # t = 0 is the initial state itself
-    res = _per_lane(fn, settings.args_batched, 5)(fargs, state.ys, reached, y0, state.y_end, state.code)
+    res = _per_lane(fn, settings.args_batched, 4)(fargs, state.ys, reached, y0, state.code)
     tau_end = state.tau_end
     t_end = jnp.where(tau_end == taus[-1], settings.t1, jnp.expm1(tau_end))
     cut = lambda tree: jax.tree.map(lambda x: x[:, :settings.keep], tree)
@@ -277,6 +276,32 @@ def _stiffness_jit(flow, fargs, ends, args_batched: bool):
     return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end), args_batched, 4)(fargs, *ends)
 
 
+@_fastjit.filter_jit(compile_fast=lambda flow, fargs, ends, *rest: not _throughput_bound(ends[0]))
+def _stall_probe_jit(flow, fargs, ends, dtmin, args_batched: bool):
+    return _per_lane(lambda a, y, tau: _solve.nonfinite_ahead(flow, a, tau, y, dtmin), args_batched, 2)(fargs, *ends)
+
+
+def _probe_stalls(flow, fargs, state, result: Finished, settings: Settings, devices) -> Finished:
+    """``result`` with status ``nonfinite`` for every lane of ``state`` whose solve stalled where
+    the field turns non-finite just ahead (:func:`gradflow._engine.solve.nonfinite_ahead`); the
+    other lanes, and a result without stalled lanes, are returned as they are. The probe is a
+    program of its own, compiled only when a lane stalls (a rare end), not part of every round."""
+    codes = np.asarray(state.code)
+    stalled = np.flatnonzero(codes == Status.stalled)
+    if stalled.size == 0:
+        return result
+    _, _, ends, lane_args = _lanes((state.y_end, state.tau_end), fargs, stalled, codes.shape[0],
+                                   settings.args_batched, devices)
+    bad = np.asarray(_stall_probe_jit(flow, lane_args, ends, _solve.stall_dtmin(settings.taus[-1]),
+                                      settings.args_batched))[:stalled.size]
+    if not np.any(bad):
+        return result
+    codes = codes.copy()
+    codes[stalled[bad]] = Status.nonfinite
+    status = jnp.asarray(codes if settings.lane is None else codes[settings.lane], result.status_code.dtype)
+    return eqx.tree_at(lambda r: r.status_code, result, status)
+
+
 def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices):
     """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``) and
     of ``fargs`` (if ``args_batched``) as one bucket (:func:`_bucket`), placed on ``devices``.
@@ -355,9 +380,13 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
             [x[:k] for x, k in zip(xs, kept)]), *parts)
     if not np.any(codes == Status.max_steps):
         if len(results) == 1 and whole:
-            return results[0]  # one unpadded chunk: lane and save points already selected inside the call
-        res = join(results)
-        return res if lane is None else jax.tree.map(lambda x: x[lane], res)
+            res = results[0]  # one unpadded chunk: lane and save points already selected inside the call
+        else:
+            res = join(results)
+            res = res if lane is None else jax.tree.map(lambda x: x[lane], res)
+        if np.any(codes == Status.stalled):
+            res = _probe_stalls(flow, fargs, join(states), res, settings, devices)
+        return res
     state = join(states)
     fused = results[0] if len(results) == 1 and whole else None  # the finished result, while it is current
     local = _is_local(devices)  # arrays stay where they are (no sharding)
@@ -383,10 +412,9 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
             fused = None
             for lo in range(0, group.size, per_solve):
                 state = _round(flow, fargs, state, group[lo: lo + per_solve], settings, Round.of(code, n, ROUND_STEPS), devices)
-    if fused is not None:
-        return fused  # the last round was fused with the finish: nothing ran since
-    y0 = _initial_y_jit(flow, fargs, params0, args_batched)
-    return _finish_jit(flow, fargs, state, y0, settings)
+    if fused is None:  # else the last round was fused with the finish: nothing ran since
+        fused = _finish_jit(flow, fargs, state, _initial_y_jit(flow, fargs, params0, args_batched), settings)
+    return _probe_stalls(flow, fargs, state, fused, settings, devices)
 
 
 def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device]) -> Finished:

@@ -29,8 +29,8 @@ from .._status import Status
 from .solvers import make_controller, make_solver
 from .stiff import asymmetry, stiffness_ratio
 
-__all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "rhs", "solve_lane",
-           "stiffness_of"]
+__all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "nonfinite_ahead", "rhs",
+           "solve_lane", "stall_dtmin", "stiffness_of"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,14 +184,17 @@ def _rest_event(tau, y, args: FlowArgs, **kwargs):
     return rest | ~_all_finite((f, rates))
 
 
-def _nonfinite(tau, y, args: FlowArgs, **kwargs):
-    """Event: the field at the accepted state is non-finite (stop at once, keep this finite state)."""
-    return ~_all_finite(_log_time_rhs(tau, y, args))
+def stall_dtmin(tau1):
+    """The smallest log-time step of a solve that ends at log time ``tau1`` (a float scalar):
+    :data:`STALL_ULPS` ulps of ``max(1, tau1)``; a step below it ends the solve ``stalled``."""
+    return STALL_ULPS * jnp.finfo(jnp.result_type(tau1)).eps * jnp.maximum(1.0, tau1)
 
 
-def _nonfinite_ahead(flow, fargs, tau, y, dtmin):
+def nonfinite_ahead(flow, fargs, tau, y, dtmin):
     """After a stall: does the field turn non-finite within a few ``dtmin`` of ``(tau, y)``?
-    (Explicit Euler probes at ``dtmin·4^k``, ``k = 0..5``; then the status is ``nonfinite``.)"""
+    (Explicit Euler probes at ``dtmin·4^k``, ``k = 0..5``; then the status is ``nonfinite``.)
+    A program of its own, run by the engine only on lanes whose solve stalled
+    (:func:`gradflow._engine.batch._probe_stalls`): a solve that does not stall never compiles it."""
     args = FlowArgs(flow, fargs)
     f = _log_time_rhs(tau, y, args)
 
@@ -250,13 +253,17 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
     ``≤ max_steps``, a runtime value: :class:`gradflow._engine.solvers.StepBudget`); ``batched``:
     it is traced under ``vmap`` (:func:`gradflow._engine.solvers.make_solver`).
 
+    The code is ``stalled`` where the step collapsed (:func:`stall_dtmin`), also when the field
+    turns non-finite just ahead: the engine probes there (:func:`nonfinite_ahead`) and reports
+    ``nonfinite``; ``nonfinite`` here means the field at the end state itself is non-finite.
+
     Save points before ``tau0`` are not computed here (``reached = False``). With
     ``flow.rest_stop`` the solve stops once the flow is at rest (:func:`at_rest`); the save points
     after it count as reached and hold the rest state, with each quadrature continued exactly as
     ``g(θ_rest)·(t − t_rest)`` (the integrand is constant at rest)."""
     code, solver = solver, make_solver(solver, rtol, atol, batched)
     tau1 = taus[-1]
-    dtmin = STALL_ULPS * jnp.finfo(tau1.dtype).eps * jnp.maximum(1.0, tau1)
+    dtmin = stall_dtmin(tau1)
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
     sol = diffrax.diffeqsolve(
         diffrax.ODETerm(_log_time_rhs),
@@ -270,7 +277,12 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
         saveat=saveat,
         max_steps=max_steps,
         throw=False,
-        event=diffrax.Event(_rest_event if flow.rest_stop else _nonfinite),
+        # No event without the rest stop: a state whose field is non-finite is never accepted in
+        # practice, and one that were would stall the solve there (docs, "Solvers and statuses").
+        event=diffrax.Event(_rest_event) if flow.rest_stop else None,
+        # a plain while loop (no reverse-mode checkpointing: nothing differentiates through a
+        # solve): the same steps and bits, traced and lowered in less time
+        adjoint=diffrax.ForwardMode(),
     )
     (tau_s, tau_end) = sol.ts
     ys, y_end = sol.ys
@@ -280,7 +292,9 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
         jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
     )
     code = _status_of(sol.result)
-    bad_end = _nonfinite_ahead(flow, fargs, tau_end[0], y_end, jnp.where(code == Status.stalled, dtmin, 0.0))
+    # the field where the solve ended; after a stall the engine also probes just ahead of it
+    # (:func:`nonfinite_ahead`, a program of its own)
+    bad_end = ~_all_finite(_log_time_rhs(tau_end[0], y_end, FlowArgs(flow, fargs)))
     at_rest_ = (sol.result == diffrax.RESULTS.event_occurred) & ~bad_end
     code = jnp.where(bad_end, Status.nonfinite, jnp.where(at_rest_, Status.ok, code))
     if flow.rest_stop:  # the remaining save points: the rest state, quadratures continued linearly
