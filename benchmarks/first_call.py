@@ -238,8 +238,8 @@ def tagged_rounds(rec: Recorder, rounds: list):
         finally:
             rec.tag = prev
 
-    def fused(flow, fargs, params0, state, settings, rnd):
-        return tagged(lambda: orig_fused(flow, fargs, params0, state, settings, rnd), " (fused)", rnd)
+    def fused(flow, fargs, params0, state, settings, rnd, *lanes):
+        return tagged(lambda: orig_fused(flow, fargs, params0, state, settings, rnd, *lanes), " (fused)", rnd)
 
     def solve(flow, fargs, y0, tau0, settings, rnd):
         if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((y0, tau0))):  # traced in _fused_round

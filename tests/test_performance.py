@@ -46,27 +46,38 @@ def test_no_recompilation_across_tolerances_horizons_seeds_and_ts(monkeypatch):
 @pytest.mark.slow  # default run kept under ~15 min on 2 cores
 def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
     """Rounds of R steps: lanes that finish within R steps stop there (same steps and numbers as
-    one round of ``max_steps``, the old behaviour), and the next round computes only the lanes
-    that needed more than R steps; these agree with the one-round run and with single runs."""
+    one round of ``max_steps``, the old behaviour), and only the lanes that needed more than R
+    steps go on. In a compile-bound batch (fewer than ``UNROLL_LANES`` lanes) they go on through
+    the first round's program, the two slow lanes padded to all eight rows (one compiled program
+    for both rounds); in a throughput-bound one (control: ``UNROLL_LANES`` lowered to 4) the
+    second round computes the two slow lanes alone. Both agree with the one-round run, the slow
+    lanes with a single run."""
+    from gradflow._engine import _fastjit
+
     rng = np.random.RandomState(0)
     n = 4
     V0s, a0s = np.stack([s * rng.randn(n, n) for s in [30.0, 100.0, 30.0, 0.1, 100.0, 30.0, 0.1, 100.0]]), np.zeros((8, n))
     bs = rng.randn(n)
     loss = gradflow.LogisticTeacher(bs / np.linalg.norm(bs))
     calls = []
-    solve = _batch._solve_jit
-    monkeypatch.setattr(_batch, "_solve_jit", lambda *a, **k: calls.append(jax.tree.leaves(a[2])[0].shape[0]) or solve(*a, **k))
-    # the control first: one round of max_steps runs all eight lanes for every step
+    fused, round_ = _batch._fused_round, _batch._round
+    monkeypatch.setattr(_batch, "_fused_round", lambda *a: calls.append(("fused", sorted(set(np.asarray(a[6]).tolist()))))
+                        or fused(*a))
+    monkeypatch.setattr(_batch, "_round", lambda *a: calls.append(("round", sorted(np.asarray(a[3]).tolist()))) or round_(*a))
+    # the one-round run first: all eight lanes for every step
     whole = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
-    assert calls == [8] and whole.ok
+    assert calls == [("fused", list(range(8)))] and whole.ok
     steps_whole = np.asarray(whole.num_steps)
     R = int(np.sort(steps_whole)[-3])  # two lanes need more than R steps
     slow = steps_whole > R
     assert slow.sum() == 2, steps_whole
     monkeypatch.setattr(_batch, "ROUND_STEPS", R)
     calls.clear()
+    programs = fused.jitted_for(_fastjit.FAST_COMPILE)._cache_size
+    before = programs()
     traj = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
-    assert traj.ok and calls[:2] == [8, 2], calls  # the second round: the two slow lanes only
+    assert traj.ok and calls == [("fused", list(range(8))), ("fused", np.flatnonzero(slow).tolist())], calls
+    assert programs() == before + 1  # both rounds through one program (its round length R is new)
     steps = np.asarray(traj.num_steps)
     np.testing.assert_array_equal(steps[~slow], steps_whole[~slow])
     np.testing.assert_array_equal(traj.a[~slow], whole.a[~slow])
@@ -76,6 +87,12 @@ def test_one_slow_lane_does_not_hold_the_batch(monkeypatch):
     i = int(np.flatnonzero(slow)[0])
     single = gradflow.simulate(loss, V0s[i], a0s[i], t1=1e12)
     np.testing.assert_allclose(single.a, traj[i].a, rtol=1e-6, atol=1e-6)
+    # control: a throughput-bound batch computes the slow lanes alone in its second round
+    monkeypatch.setattr(_batch, "UNROLL_LANES", 4)
+    calls.clear()
+    bound = gradflow.simulate_batch(loss, V0s, a0s, t1=1e12)
+    assert bound.ok and calls[0] == ("fused", list(range(8))) and ("round", np.flatnonzero(slow).tolist()) in calls, calls
+    np.testing.assert_allclose(bound.a, whole.a, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.slow
@@ -233,11 +250,16 @@ def test_solves_leave_equinox_checks_raising():
         assert np.all(np.isnan(np.asarray(jax.jit(lambda x: check(x) * 1.0)(jnp.ones(2)))))
 
 
-def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs():
+def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeypatch):
     """One chunk of lanes (the first round fused with the finish for all of them), of which some
     finish in the first round and one goes on to later rounds: the result is the later rounds'
     finish, not the first round's (a lane's state, steps and status equal its single run's);
-    each single run is the independent reference. Control: the slow lane did go on."""
+    each single run is the independent reference. A batch this small is compile-bound: its later
+    rounds run the slow lane padded to all three rows through the fused program, never a program
+    for fewer lanes. Control: the slow lane did go on."""
+    calls, fused, round_ = [], _batch._fused_round, _batch._round
+    monkeypatch.setattr(_batch, "_fused_round", lambda *a: calls.append(np.asarray(a[6]).tolist()) or fused(*a))
+    monkeypatch.setattr(_batch, "_round", lambda *a: calls.append("round") or round_(*a))
     rng = np.random.RandomState(3)
     n = 4
     V0s = np.stack([s * rng.randn(n, n) for s in [0.1, 1e4, 0.01]])  # the large V0 takes 71 steps, the others < 40
@@ -245,9 +267,12 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs():
     betas = [b / np.linalg.norm(b) for b in rng.randn(3, n)]
     ts = np.geomspace(1e-2, 1e10, 11)
     batch = gradflow.simulate_batch([gradflow.LogisticTeacher(b) for b in betas], V0s, a0s, t1=1e10, ts=ts)
+    calls, batch_calls = [], calls  # the single runs below call it too
     singles = [gradflow.simulate(gradflow.LogisticTeacher(b), V0, a0, t1=1e10, ts=ts) for b, V0, a0 in zip(betas, V0s, a0s)]
     steps = np.asarray(batch.num_steps)
     assert steps.max() > _stiff.EXPLICIT_ROUND >= steps.min()  # control: lanes finish in different rounds
+    slow = int(np.argmax(steps))
+    assert batch_calls[0] == [0, 1, 2] and len(batch_calls) > 1 and all(c == [slow] * 3 for c in batch_calls[1:]), batch_calls
     assert batch.status == [s.status for s in singles] == ["ok"] * 3
     # a lane in a vmapped solve and the same lane alone differ in the last digits, which the
     # adaptive steps pass on: a step more or less

@@ -271,9 +271,9 @@ def test_auto_limits_blas_threads_from_its_first_implicit_round_only(monkeypatch
 
     seen, orig = [], batch._fused_round
 
-    def spy(flow, fargs, params0, state, settings, rnd):
+    def spy(flow, fargs, params0, state, settings, rnd, *lanes):
         seen.append((spec(rnd.solver).name, blas()))
-        return orig(flow, fargs, params0, state, settings, rnd)
+        return orig(flow, fargs, params0, state, settings, rnd, *lanes)
 
     monkeypatch.setattr(batch, "_fused_round", spy)
     stiff._threadpools()  # SciPy's OpenBLAS loaded, as the engine loads it
@@ -359,7 +359,7 @@ def test_eigen_w_keeps_order_three_with_a_stale_jacobian():
 
 def _solvers_used(monkeypatch):
     """Record the solver name of every round (a spy on the engine's rounds: ``_fused_round``, every
-    lane of the run in one call, and ``_round``, part of a batch)."""
+    lane of the run, or of a compile-bound batch, in one call, and ``_round``, part of a larger batch)."""
     from gradflow._engine import batch
 
     used, orig, orig_fused = [], batch._round, batch._fused_round
@@ -368,9 +368,9 @@ def _solvers_used(monkeypatch):
         used.append(spec(rnd.solver).name)
         return orig(flow, fargs, state, pending, settings, rnd, devices)
 
-    def spy_fused(flow, fargs, params0, state, settings, rnd):
+    def spy_fused(flow, fargs, params0, state, settings, rnd, *lanes):
         used.append(spec(rnd.solver).name)
-        return orig_fused(flow, fargs, params0, state, settings, rnd)
+        return orig_fused(flow, fargs, params0, state, settings, rnd, *lanes)
 
     monkeypatch.setattr(batch, "_round", spy)
     monkeypatch.setattr(batch, "_fused_round", spy_fused)

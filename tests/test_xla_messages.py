@@ -35,10 +35,10 @@ if sys.argv[1] == "constant":
     inner, first = batch._fused_round, []
 
     @_fastjit.filter_jit
-    def start_inside(flow, fargs, params0, state, settings, rnd):
+    def start_inside(flow, fargs, params0, state, settings, rnd, idx, dest):
         start = batch._initial_state(batch._initial_y(flow, fargs, params0, settings.args_batched), settings.taus)
         start = eqx.tree_at(lambda s: s.tau_end, start, jnp.zeros_like(start.tau_end))
-        return inner.__wrapped__(flow, fargs, params0, start, settings, rnd)
+        return inner.__wrapped__(flow, fargs, params0, start, settings, rnd, idx, dest)
 
     def fused(*args):
         return inner(*args) if first else first.append(1) or start_inside(*args)

@@ -209,24 +209,29 @@ def _start(flow, fargs, params0, settings: Settings) -> SolveState:
 # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
 # cache on, stored as a serialised program that a new process loads instead of tracing it
 @_fastjit.filter_jit(export=True, compile_fast=lambda flow, fargs, params0, state, *rest: not _throughput_bound(state.y_end))
-def _fused_round(flow, fargs, params0, state: SolveState, settings: Settings, rnd: Round):
-    """One round of every lane of ``state``, fused with the finish into one compiled call: most
+def _fused_round(flow, fargs, params0, state: SolveState, settings: Settings, rnd: Round, idx, dest):
+    """One round of the lanes ``idx`` of ``state`` (an integer array as long as the state's lane
+    axis: every lane, or the pending lanes padded by repeating the first), written back at rows
+    ``dest`` (padding rows ``B``: dropped), fused with the finish into one compiled call. Most
     runs end in their first round, and then this is the only dispatch of a solve (per-call
-    overhead matters next to a 37-step solve of a few milliseconds); a single run that goes on
-    runs every later round of the same solver through the same program (``rnd.steps`` is a
-    runtime value), whatever the round's length. Returns the solve state (for further rounds if
-    a lane is still running) and the finished result."""
+    overhead matters next to a 37-step solve of a few milliseconds); a single run that goes on,
+    and a compile-bound batch whose lanes end at different rounds (:func:`_run_rounds`), run
+    every later round of the same solver through the same program (``rnd.steps``, ``idx`` and
+    ``dest`` are runtime values), whatever the round's length. Returns the solve state (for
+    further rounds if a lane is still running) and the finished result."""
     y0 = _initial_y(flow, fargs, params0, settings.args_batched)
-    out = _solve_jit(flow, fargs, state.y_end, state.tau_end, settings, rnd)
-    lanes = jnp.arange(state.code.shape[0])
-    state = _merge(state, out, lanes, lanes)
+    lane_args = _take(fargs, idx) if settings.args_batched else fargs
+    out = _solve_jit(flow, lane_args, _take(state.y_end, idx), state.tau_end[idx], settings, rnd)
+    state = _merge(state, out, idx, dest)
     return state, _finish_all(flow, fargs, state, y0, settings)
 
 
-def _bucket(k: int, B: int, n_dev: int) -> int:
+def _bucket(k: int, B: int, n_dev: int, compile_bound: bool = False) -> int:
     """Lanes computed for ``k`` pending lanes of ``B``: a power of two ≥ ``k`` (``B`` for the
-    first round), rounded up to a multiple of the device count."""
-    size = B if k == B else min(1 << (k - 1).bit_length(), B)
+    first round), rounded up to a multiple of the device count; ``B`` itself for a
+    ``compile_bound`` batch (:func:`_throughput_bound` false: each new lane count would compile
+    its programs again, where computing a few padding lanes costs far less)."""
+    size = B if k == B or compile_bound else min(1 << (k - 1).bit_length(), B)
     return -(-size // n_dev) * n_dev
 
 
@@ -303,12 +308,13 @@ def _probe_stalls(flow, fargs, state, result: Finished, settings: Settings, devi
 
 
 def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices):
-    """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``) and
-    of ``fargs`` (if ``args_batched``) as one bucket (:func:`_bucket`), placed on ``devices``.
-    Returns ``(idx, dest, fields, fargs)``: ``idx`` the bucket's lanes (padding lanes repeat the
-    first pending lane), ``dest`` where each goes back in the state (``B``, dropped, for padding)."""
+    """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``,
+    the lane states first) and of ``fargs`` (if ``args_batched``) as one bucket
+    (:func:`_bucket`), placed on ``devices``. Returns ``(idx, dest, fields, fargs)``: ``idx`` the
+    bucket's lanes (padding lanes repeat the first pending lane), ``dest`` where each goes back in
+    the state (``B``, dropped, for padding)."""
     k = pending.size
-    size = _bucket(k, B, len(devices))
+    size = _bucket(k, B, len(devices), not _throughput_bound(fields[0]))
     idx = np.concatenate([pending, np.full(size - k, pending[0])])
     dest = np.concatenate([pending, np.full(size - k, B)])
     whole = size == B and k == B
@@ -369,8 +375,9 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         chunk_args = _place(pick(fargs), devices) if args_batched else fargs
         chunk = settings if whole else settings.replace(lane=None)  # a lane is picked after joining
         chunk_params = _place(pick(params0), devices)
+        every = np.arange(csize)
         state_c, res_c = _fused_round(flow, chunk_args, chunk_params, _start(flow, chunk_args, chunk_params, chunk),
-                                      chunk, first)
+                                      chunk, first, every, every)
         states.append(state_c)
         results.append(res_c)
         kept.append(real)
@@ -391,6 +398,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     fused = results[0] if len(results) == 1 and whole else None  # the finished result, while it is current
     local = _is_local(devices)  # arrays stay where they are (no sharding)
     del states, results  # only the joined state is needed from here on
+    compile_bound = not _throughput_bound(state.y_end)
     stiff = np.zeros(B, bool)  # each lane's phase under ``auto`` (True: implicit)
     n_params = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(params0))  # per lane
     while True:
@@ -406,8 +414,13 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
             before(code)
-            if group.size == B and B <= per_solve and local:  # every lane in one call: as the first round
-                state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS))
+            if B <= per_solve and local and (group.size == B or compile_bound):
+                # every lane in one call, as the first round; or, in a compile-bound batch, the
+                # pending lanes padded to all B rows: the same program for every round of a solver
+                idx, dest = np.concatenate([group, np.full(B - group.size, group[0])]), \
+                    np.concatenate([group, np.full(B - group.size, B)])
+                state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
+                                            idx, dest)
                 continue
             fused = None
             for lo in range(0, group.size, per_solve):
