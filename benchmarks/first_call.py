@@ -24,7 +24,7 @@ hit). In that child, in this order (:func:`measure`):
    1e-12, atol 1e-14 on the same field (max-norm relative error ``‖θ − θ_ref‖∞ / ‖θ_ref‖∞``);
 6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
    round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
-   event and with the non-finite event only, and the stiffness detector (``_stiffness_jit``) on
+   event and without any event (``rest_stop=False``), and the stiffness detector (``_stiffness_jit``) on
    its own: what the rest event adds to a compile, and what the detector costs when a run goes on;
 7. also for the main row of a full run, a second fresh process with XLA's default compiler options
    (``--default-options``: :data:`gradflow._engine._fastjit.FAST_COMPILE` set to ``()`` before the
@@ -305,8 +305,8 @@ def _scipy_run(loss, params0, kwargs, t1, method, rtol, atol, rec: Recorder | No
 
 def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     """The round's solve (``_solve_jit``: the first round's solver, one lane) traced, lowered and
-    compiled from empty caches as ``auto`` runs it (the rest event) and with the non-finite event
-    only, and the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
+    compiled from empty caches as ``auto`` runs it (the rest event) and without any event
+    (``rest_stop=False``), and the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
     a lane goes on to a second round); trace/lower/compile seconds of each."""
     import jax
     import jax.numpy as jnp
@@ -326,7 +326,7 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     rnd = _batch.Round.of(codes[0], min(_batch.ROUND_STEPS, left[0]), _batch.ROUND_STEPS)  # the first round's
     rec, out = recorder(), []
     for label, rest_stop in (("the solve as auto runs it (rest event)", True),
-                             ("the solve without the rest event (non-finite event only)", False),
+                             ("the solve without the rest event (no event)", False),
                              ("the stiffness detector after a round (a program of its own)", None)):
         jax.clear_caches()
         flow = engine_solve.Flow(field=NegGrad(loss, args is not None), rest_stop=bool(rest_stop))
@@ -555,7 +555,7 @@ def breakdown(row) -> str:
         for x, t in zip(a, tot):
             L.append(f"| {x['variant']} | {x['trace_s']:.2f} | {x['lower_s']:.2f} | {x['compile_s']:.2f} | {t:.2f} |")
         if len(a) == 3:
-            L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile over the non-finite event; "
+            L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile (against no event, as without the rest stop); "
                   f"the stiffness detector, a program of its own, costs {tot[2]:.2f} s and is compiled only when a lane "
                   "goes on to a second round."]
     base = row.get("baseline")
