@@ -1,4 +1,4 @@
-"""Timing helper shared by the benchmark modules."""
+"""Timing and memory helpers shared by the benchmark modules."""
 
 from __future__ import annotations
 
@@ -33,3 +33,20 @@ def interleaved_times(fns: dict, repeats: int) -> dict:
 def interleaved_medians(fns: dict, repeats: int) -> dict:
     """``{name: (median seconds, last result)}`` of :func:`interleaved_times`."""
     return {name: (float(np.median(t)), out) for name, (t, out) in interleaved_times(fns, repeats).items()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident set size in MiB: ``VmHWM`` of ``/proc/self/status`` (Linux),
+    the high-water mark of the process's own memory map, which starts anew at ``exec``.
+    ``getrusage``'s ``ru_maxrss`` does not: a child started from a large benchmark process
+    reports the parent's size at the fork as its own peak (seen: 1996 MiB "after import" in a
+    child whose own peak was about 1.1 GiB). Elsewhere ``ru_maxrss`` is the fallback."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB

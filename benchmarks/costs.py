@@ -18,7 +18,7 @@ baseline measured in the same run (the machine is shared: absolute times are noi
   interleaved; errors against SciPy DOP853 at rtol 1e-13.
 * ``scale``: n = d = 1024 tokens to ``1e12`` (41 save points): time and peak memory, and the peak
   memory of 4096 seeds of the batch problem — each in a fresh process (peak resident set size,
-  ``ru_maxrss``; the process's baseline after ``import gradflow`` is subtracted).
+  ``VmHWM``, :func:`benchmarks._timing.peak_rss_mib`; the process's baseline after ``import gradflow`` is subtracted).
 """
 
 from __future__ import annotations
@@ -225,12 +225,11 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
 
 # ----------------------------------------------------------------------------- scale and memory
 SCALE = r"""
-import json, resource, sys, time
+import json, sys, time
 import numpy as np
 import gradflow
+from benchmarks._timing import peak_rss_mib as rss
 from benchmarks.problems import draws, fig2_draws, TS_1E12
-def rss():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB (Linux: KiB)
 base = rss()
 kind, size = sys.argv[1], int(sys.argv[2])
 if kind == "n":

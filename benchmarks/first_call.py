@@ -218,8 +218,9 @@ def recorder() -> Recorder:
 @contextlib.contextmanager
 def tagged_rounds(rec: Recorder, rounds: list):
     """Label the engine's round compiles: while this is active, each call of
-    ``gradflow._engine.batch._fused_round`` (a round of every lane fused with the finish: every
-    round of a single run) and of ``_solve_jit`` from the host (a round of some lanes of a batch)
+    ``gradflow._engine.batch._fused_round`` (a round fused with the finish: every round of a
+    single run, the explicit rounds of a small batch) and of ``_solve_jit`` from the host (a round
+    of a bucket of a batch's lanes)
     sets ``rec.tag`` to its solver's name (one program per solver: the round's length is a runtime
     value) and appends the round to ``rounds``. Thin wrappers around the engine's functions,
     removed on exit (the engine itself is not changed)."""
@@ -474,7 +475,8 @@ BEGIN = "<!-- first call: begin (benchmarks/first_call.py) -->"
 END = "<!-- first call: end -->"
 
 KNOWN = {
-    "_fused_round": "a round of every lane fused with the finish (one program per solver, every round of a single run)",
+    "_fused_round": "a round fused with the finish (one program per solver, every round of a single run)",
+    "_stall_probe_jit": "the probe just ahead of a stall, only for lanes that stall",
     "_stiffness_jit": "the stiffness detector after a round (h·ρ, asymmetry), only for lanes that go on",
     "_start": "the initial solve state",
     "_finish_all": "the finish after rounds of part of a batch (save points, observables)",

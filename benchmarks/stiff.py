@@ -322,8 +322,8 @@ SCALE_SOLVERS = ("rodas4-eigh", "rodas4-krylov")
 
 
 def _peak_rss_mib():
-    import resource
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    from benchmarks._timing import peak_rss_mib
+    return peak_rss_mib()
 
 
 def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:

@@ -170,17 +170,25 @@ def test_quadrature_nonfinite_at_the_start_ends_nonfinite_at_zero(rest_stop):
     np.testing.assert_allclose(float(np.asarray(ctrl.quadratures["q"])[1]), 1.0, rtol=1e-8)
 
 
-def test_stall_probe_marks_only_the_lanes_with_a_wall_ahead():
-    """A batch of four lanes, each ending in a stall: lane 0 runs ``y' = 1`` into a NaN wall at
-    ``y = 1`` from ``y = 1/4`` (by hand: the wall at ``t = 3/4``), lanes 1 and 2 blow up as
-    ``y' = y²`` from ``y = 1`` and ``y = 1/2`` (``1/(1 − t)``, ``2/(2 − t)``: at ``t = 1`` and
-    ``t = 2``, the field finite all the way), lane 3 runs ``y' = 1`` without a wall to ``t1``.
-    The probe after a stall must mark lane 0 alone ``nonfinite``: lanes 1 and 2 stay ``stalled``
-    and lane 3 ends ``ok``, each ``t_end`` where the hand calculation puts it. Lane-by-lane
-    controls: the same batch's blow-ups and free run."""
+@pytest.mark.parametrize("layout", ["one solve", "chunks of 2", "throughput-bound"])
+def test_stall_probe_marks_only_the_lanes_with_a_wall_ahead(layout, monkeypatch):
+    """A batch of four lanes: lanes 0 and 2 blow up as ``y' = y²`` from ``y = 1`` and ``y = 1/2``
+    (``1/(1 − t)``, ``2/(2 − t)``: at ``t = 1`` and ``t = 2``, the field finite all the way:
+    ``stalled``), lane 1 runs ``y' = 1`` without a wall to ``t1`` (``ok``), lane 3 runs ``y' = 1``
+    into a NaN wall at ``y = 1`` from ``y = 1/4`` (by hand: the wall at ``t = 3/4``). Three
+    stalls, and the probe after them must mark lane 3 alone ``nonfinite``, each ``t_end`` where
+    the hand calculation puts it. Laid out as one vmapped solve, as a first round in chunks of
+    two lanes (the wall in the second chunk; ``LANES_PER_SOLVE = 2``), and as a throughput-bound
+    batch (``UNROLL_LANES = 2``: the probe on a bucket of the stalled lanes)."""
+    from gradflow._engine import batch as _batch
+
+    if layout == "chunks of 2":
+        monkeypatch.setattr(_batch, "LANES_PER_SOLVE", 2)
+    elif layout == "throughput-bound":
+        monkeypatch.setattr(_batch, "UNROLL_LANES", 2)
     t1 = 10.0
-    y0 = np.array([0.25, 1.0, 0.5, 0.25])
-    kind = np.array([0.0, 1.0, 1.0, 2.0])  # 0: wall, 1: y' = y², 2: free
+    y0 = np.array([1.0, 0.25, 0.5, 0.25])
+    kind = np.array([1.0, 2.0, 1.0, 0.0])  # 0: wall, 1: y' = y², 2: free
 
     def field(p, k):
         y = p["y"]
@@ -188,5 +196,36 @@ def test_stall_probe_marks_only_the_lanes_with_a_wall_ahead():
 
     sol = gradflow.integrate_batch(lambda p, k: -p["y"], {"y": y0}, t1=t1, args=kind, args_batched=True, field=field,
                                    rest_stop=False, solver="dopri8", rtol=1e-10, atol=1e-12)
-    assert list(sol.status) == ["nonfinite", "stalled", "stalled", "ok"], list(sol.status)
-    np.testing.assert_allclose(np.asarray(sol.t_end), [0.75, 1.0, 2.0, t1], rtol=1e-6)
+    assert list(sol.status) == ["stalled", "ok", "stalled", "nonfinite"], list(sol.status)
+    np.testing.assert_allclose(np.asarray(sol.t_end), [1.0, t1, 2.0, 0.75], rtol=1e-6)
+
+
+def test_forward_mode_loop_gives_the_same_bits_as_diffrax_default(monkeypatch):
+    """The engine's solves run diffrax's ``ForwardMode`` (a plain while loop and stage loop) rather
+    than its default ``RecursiveCheckpointAdjoint`` (checkpointed loops, for reverse-mode
+    derivatives nothing here takes): the same steps and the same bits. A run of ``integrate``
+    that turns stiff (Dopri8, then Rodas4, to the rest stop) each way, in one process, on a loss
+    no other test uses (so each traces anew). Control: a start moved by 1e-12 changes bits."""
+    import diffrax
+
+    from gradflow._engine import batch as _batch
+    from gradflow._engine.solvers import spec
+
+    def loss(w):
+        return 0.5 * (3.0 - w[0] * w[1]) ** 2 + 0.5 * 40.0 * w[2] ** 2 + 0.25 * w[3] ** 4
+
+    solvers, fused = [], _batch._fused_round
+    monkeypatch.setattr(_batch, "_fused_round", lambda *a: solvers.append(spec(a[5].solver).name) or fused(*a))
+    w0 = jnp.asarray([0.1, 0.2, 1.0, 0.5])
+    runs = {}
+    for name in ("forward", "moved", "default"):
+        if name == "default":
+            monkeypatch.setattr(diffrax, "ForwardMode", diffrax.RecursiveCheckpointAdjoint)
+        start = w0 * (1 + 1e-12) if name == "moved" else w0
+        runs[name] = gradflow.integrate(lambda w, _n=name: loss(w), start, t1=1e6)
+    assert {"dopri8", "rodas4"} <= set(solvers), solvers
+    f, d, m = runs["forward"], runs["default"], runs["moved"]
+    assert f.status == d.status == "ok" and int(f.num_steps) == int(d.num_steps)
+    np.testing.assert_array_equal(np.asarray(f.params), np.asarray(d.params))
+    np.testing.assert_array_equal(np.asarray(f.t_steady), np.asarray(d.t_steady))
+    assert not np.array_equal(np.asarray(m.params), np.asarray(f.params))

@@ -3,9 +3,10 @@
 A *lane* is one run (one initial state, and one set of arguments if they are batched). Lanes are
 solved together under ``vmap`` (:func:`_per_lane`) in rounds of at most :data:`ROUND_STEPS` steps;
 after a round only the lanes still running (status ``max_steps`` of the round) take part in the
-next one, gathered into a bucket of a power-of-two size; the solver of each lane in each round is
-decided by :func:`gradflow._engine.stiff.phase_of_lanes`. Lanes are sharded over ``devices``
-along their leading axis.
+next one, gathered into a bucket of a power-of-two size (in a compile-bound batch, an explicit
+round instead runs them padded to all lanes through the first round's program: :func:`_run_rounds`);
+the solver of each lane in each round is decided by :func:`gradflow._engine.stiff.phase_of_lanes`.
+Lanes are sharded over ``devices`` along their leading axis.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ done, so solves run in rounds of at most this many steps: lanes still running af
 (status ``max_steps`` of the round) continue from where they stopped in the next round,
 gathered into a smaller batch (padded to a power of two, so few shapes get compiled); lanes
 that finished are not computed again. A lone stiff seed then costs its own steps, not
-``B ×`` its steps. Restarting costs one initial step-size estimate per round."""
+``B ×`` its steps. Restarting costs one initial step-size estimate per round. (Explicit rounds
+of a compile-bound batch, whose steps cost far less than compiling a program for another lane
+count, run the pending lanes padded to all ``B`` rows instead: :func:`_run_rounds`.)"""
 
 LANES_PER_SOLVE = 256
 """At most this many lanes per device in one vmapped solve; larger rounds run as several
@@ -119,6 +122,16 @@ def _throughput_bound(y) -> bool:
     leaves = jax.tree.leaves(y)
     lanes = leaves[0].shape[0]
     return lanes >= UNROLL_LANES or sum(x.size for x in leaves) // lanes >= UNROLL_STATE
+
+
+def _compile_bound(y, n_dev: int) -> bool:
+    """Whether a batch of lanes ``y`` is bound by its compiles (not :func:`_throughput_bound`, and
+    one solve of at most :data:`LANES_PER_SOLVE` lanes per device): after its first round, its
+    explicit rounds run through the first round's program with the pending lanes padded to all
+    rows, and the detector and the stall probe compute all rows (a few evaluations each), so no
+    lane count but ``B`` is ever compiled (:func:`_run_rounds`)."""
+    lanes = jax.tree.leaves(y)[0].shape[0]
+    return not _throughput_bound(y) and lanes <= LANES_PER_SOLVE * n_dev
 
 
 @_fastjit.filter_jit(compile_fast=lambda flow, fargs, y0, *rest: not _throughput_bound(y0))
@@ -226,12 +239,10 @@ def _fused_round(flow, fargs, params0, state: SolveState, settings: Settings, rn
     return state, _finish_all(flow, fargs, state, y0, settings)
 
 
-def _bucket(k: int, B: int, n_dev: int, compile_bound: bool = False) -> int:
+def _bucket(k: int, B: int, n_dev: int, pad_all: bool = False) -> int:
     """Lanes computed for ``k`` pending lanes of ``B``: a power of two ≥ ``k`` (``B`` for the
-    first round), rounded up to a multiple of the device count; ``B`` itself for a
-    ``compile_bound`` batch (:func:`_throughput_bound` false: each new lane count would compile
-    its programs again, where computing a few padding lanes costs far less)."""
-    size = B if k == B or compile_bound else min(1 << (k - 1).bit_length(), B)
+    first round), rounded up to a multiple of the device count; ``B`` itself if ``pad_all``."""
+    size = B if k == B or pad_all else min(1 << (k - 1).bit_length(), B)
     return -(-size // n_dev) * n_dev
 
 
@@ -286,17 +297,18 @@ def _stall_probe_jit(flow, fargs, ends, dtmin, args_batched: bool):
     return _per_lane(lambda a, y, tau: _solve.nonfinite_ahead(flow, a, tau, y, dtmin), args_batched, 2)(fargs, *ends)
 
 
-def _probe_stalls(flow, fargs, state, result: Finished, settings: Settings, devices) -> Finished:
-    """``result`` with status ``nonfinite`` for every lane of ``state`` whose solve stalled where
-    the field turns non-finite just ahead (:func:`gradflow._engine.solve.nonfinite_ahead`); the
-    other lanes, and a result without stalled lanes, are returned as they are. The probe is a
-    program of its own, compiled only when a lane stalls (a rare end), not part of every round."""
-    codes = np.asarray(state.code)
+def _probe_stalls(flow, fargs, codes, y_end, tau_end, result: Finished, settings: Settings, devices) -> Finished:
+    """``result`` with status ``nonfinite`` for every lane whose solve stalled (``codes``, NumPy
+    ``(B,)``) where the field turns non-finite just ahead of its end state (``y_end``, ``tau_end``:
+    leading lane axis ``B``; :func:`gradflow._engine.solve.nonfinite_ahead`); the other lanes, and
+    a result without stalled lanes, are returned as they are. The probe is a program of its own,
+    compiled only when a lane stalls (a rare end), not part of every round."""
+    codes = np.asarray(codes)
     stalled = np.flatnonzero(codes == Status.stalled)
     if stalled.size == 0:
         return result
-    _, _, ends, lane_args = _lanes((state.y_end, state.tau_end), fargs, stalled, codes.shape[0],
-                                   settings.args_batched, devices)
+    _, _, ends, lane_args = _lanes((y_end, tau_end), fargs, stalled, codes.shape[0], settings.args_batched, devices,
+                                   _compile_bound(y_end, len(devices)))
     bad = np.asarray(_stall_probe_jit(flow, lane_args, ends, _solve.stall_dtmin(settings.taus[-1]),
                                       settings.args_batched))[:stalled.size]
     if not np.any(bad):
@@ -307,14 +319,14 @@ def _probe_stalls(flow, fargs, state, result: Finished, settings: Settings, devi
     return eqx.tree_at(lambda r: r.status_code, result, status)
 
 
-def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices):
-    """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``,
-    the lane states first) and of ``fargs`` (if ``args_batched``) as one bucket
-    (:func:`_bucket`), placed on ``devices``. Returns ``(idx, dest, fields, fargs)``: ``idx`` the
+def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices, pad_all: bool = False):
+    """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``)
+    and of ``fargs`` (if ``args_batched``) as one bucket (:func:`_bucket`; all ``B`` rows if
+    ``pad_all``), placed on ``devices``. Returns ``(idx, dest, fields, fargs)``: ``idx`` the
     bucket's lanes (padding lanes repeat the first pending lane), ``dest`` where each goes back in
     the state (``B``, dropped, for padding)."""
     k = pending.size
-    size = _bucket(k, B, len(devices), not _throughput_bound(fields[0]))
+    size = _bucket(k, B, len(devices), pad_all)
     idx = np.concatenate([pending, np.full(size - k, pending[0])])
     dest = np.concatenate([pending, np.full(size - k, B)])
     whole = size == B and k == B
@@ -332,7 +344,8 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
     if not flow.detect_stiffness:
         return np.full(k, np.nan), np.full(k, np.nan)
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
-    _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices)
+    _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices,
+                                   _compile_bound(state.y_end, len(devices)))
     h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
@@ -368,14 +381,14 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     states, results, kept = [], [], []
     for lo in range(0, B, size):
         real = min(size, B - lo)
-        csize = _bucket(real, size, n_dev)  # a short last chunk: a power of two, as in later rounds
+        csize = _bucket(real, size, n_dev)  # a short last chunk: a power of two
         idx = np.concatenate([np.arange(lo, lo + real), np.full(csize - real, lo)])
         whole = real == B and csize == B
         pick = (lambda x: x) if whole else (lambda x: _take(x, idx))
         chunk_args = _place(pick(fargs), devices) if args_batched else fargs
         chunk = settings if whole else settings.replace(lane=None)  # a lane is picked after joining
         chunk_params = _place(pick(params0), devices)
-        every = np.arange(csize)
+        every = _place(np.arange(csize), devices)  # sharded like the lanes: each device solves its own
         state_c, res_c = _fused_round(flow, chunk_args, chunk_params, _start(flow, chunk_args, chunk_params, chunk),
                                       chunk, first, every, every)
         states.append(state_c)
@@ -392,13 +405,14 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
             res = join(results)
             res = res if lane is None else jax.tree.map(lambda x: x[lane], res)
         if np.any(codes == Status.stalled):
-            res = _probe_stalls(flow, fargs, join(states), res, settings, devices)
+            y_end, tau_end = join([(st.y_end, st.tau_end) for st in states])
+            res = _probe_stalls(flow, fargs, codes, y_end, tau_end, res, settings, devices)
         return res
     state = join(states)
     fused = results[0] if len(results) == 1 and whole else None  # the finished result, while it is current
     local = _is_local(devices)  # arrays stay where they are (no sharding)
     del states, results  # only the joined state is needed from here on
-    compile_bound = not _throughput_bound(state.y_end)
+    compile_bound = _compile_bound(state.y_end, n_dev)
     stiff = np.zeros(B, bool)  # each lane's phase under ``auto`` (True: implicit)
     n_params = sum(int(np.prod(x.shape[1:])) for x in jax.tree.leaves(params0))  # per lane
     while True:
@@ -414,9 +428,11 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
             before(code)
-            if B <= per_solve and local and (group.size == B or compile_bound):
-                # every lane in one call, as the first round; or, in a compile-bound batch, the
-                # pending lanes padded to all B rows: the same program for every round of a solver
+            if B <= per_solve and local and (group.size == B or (compile_bound and not spec(code).implicit)):
+                # every lane in one call, as the first round; or, in a compile-bound batch, an
+                # explicit round of the pending lanes padded to all B rows: the first round's
+                # program again. (An implicit step costs up to cubically more with the state, so
+                # implicit rounds keep their buckets: padding would cost B/k on every call.)
                 idx, dest = np.concatenate([group, np.full(B - group.size, group[0])]), \
                     np.concatenate([group, np.full(B - group.size, B)])
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
@@ -427,7 +443,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
                 state = _round(flow, fargs, state, group[lo: lo + per_solve], settings, Round.of(code, n, ROUND_STEPS), devices)
     if fused is None:  # else the last round was fused with the finish: nothing ran since
         fused = _finish_jit(flow, fargs, state, _initial_y_jit(flow, fargs, params0, args_batched), settings)
-    return _probe_stalls(flow, fargs, state, fused, settings, devices)
+    return _probe_stalls(flow, fargs, state.code, state.y_end, state.tau_end, fused, settings, devices)
 
 
 def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device]) -> Finished:
