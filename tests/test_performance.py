@@ -256,7 +256,9 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeyp
     finish, not the first round's (a lane's state, steps and status equal its single run's);
     each single run is the independent reference. A batch this small is compile-bound: its later
     rounds run the slow lane padded to all three rows through the fused program, never a program
-    for fewer lanes. Control: the slow lane did go on."""
+    for fewer lanes. The same batch made throughput-bound (``UNROLL_LANES = 2``) runs its later
+    rounds on a bucket of the slow lane instead, after which the fused first round's result is
+    stale: it must equal the single runs too. Control: the slow lane did go on."""
     calls, fused, round_ = [], _batch._fused_round, _batch._round
     monkeypatch.setattr(_batch, "_fused_round", lambda *a: calls.append(np.asarray(a[6]).tolist()) or fused(*a))
     monkeypatch.setattr(_batch, "_round", lambda *a: calls.append("round") or round_(*a))
@@ -279,3 +281,10 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeyp
     np.testing.assert_allclose(steps, [int(s.num_steps) for s in singles], atol=2)
     np.testing.assert_allclose(batch.a, np.stack([s.a for s in singles]), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(batch.Gamma, np.stack([s.Gamma for s in singles]), rtol=1e-7)
+    monkeypatch.setattr(_batch, "UNROLL_LANES", 2)
+    calls.clear()
+    bound = gradflow.simulate_batch([gradflow.LogisticTeacher(b) for b in betas], V0s, a0s, t1=1e10, ts=ts)
+    assert "round" in calls and bound.status == ["ok"] * 3, calls
+    np.testing.assert_allclose(np.asarray(bound.num_steps), steps, atol=2)
+    np.testing.assert_allclose(bound.a, np.stack([s.a for s in singles]), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(bound.Gamma, np.stack([s.Gamma for s in singles]), rtol=1e-7)
