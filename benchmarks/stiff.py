@@ -42,7 +42,7 @@ from scipy.integrate import solve_ivp
 
 import gradflow
 from benchmarks._report import equal_accuracy
-from benchmarks._timing import timed
+from benchmarks._timing import peak_rss_mib, timed
 from gradflow.internal import engine_stiff as _stiff
 from gradflow.sims.draws import conditioning_init, normalization_init
 from benchmarks import reference as ref
@@ -321,11 +321,6 @@ SCALE_SOLVERS = ("rodas4-eigh", "rodas4-krylov")
 :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` and the Jacobian-free one."""
 
 
-def _peak_rss_mib():
-    from benchmarks._timing import peak_rss_mib
-    return peak_rss_mib()
-
-
 def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
     """Krylov iterations of ``rodas4-krylov`` run alone (diffrax, no rest stop) from ``t = 0`` to
     ``t1`` on the log-time field: mean per stage solve, the most in one solve, GMRES fallbacks
@@ -355,7 +350,7 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
     phase ``solver`` forced (``rodas4-eigh``: the dense default; ``rodas4-krylov``), steps, first
     call and warm times (median of ``repeats``), peak RSS above the RSS after import; ``save``: an
     ``.npz`` for ``(V, a)`` at the save points."""
-    rss0 = _peak_rss_mib()
+    rss0 = peak_rss_mib()
     W0, a0, X, y = conditioning_init(kappa, 123, d)
     loss = gradflow.SquareLoss(y, design=X, scale=1.0)
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, 13)])
@@ -373,7 +368,7 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
             warm.append(time.perf_counter() - start)
     row = dict(d=d, n=int(W0.size + a0.size + 1), solver=solver, kappa=kappa, status=traj.status,
                steps=int(traj.num_steps), cold_s=cold, warm_s=float(np.median(warm)),
-               rss_mib=_peak_rss_mib() - rss0, load=os.getloadavg()[0])
+               rss_mib=peak_rss_mib() - rss0, load=os.getloadavg()[0])
     if save:
         np.savez(save, V=np.asarray(traj.V), a=np.asarray(traj.a))
     if solver == "rodas4-krylov":

@@ -319,6 +319,14 @@ def _probe_stalls(flow, fargs, codes, y_end, tau_end, result: Finished, settings
     return eqx.tree_at(lambda r: r.status_code, result, status)
 
 
+def _padded(pending, size: int, B: int):
+    """``(idx, dest)`` of the lanes ``pending`` (NumPy indices into ``B`` lanes) in ``size`` rows:
+    ``idx`` the lane each row computes (padding rows repeat the first pending lane), ``dest`` where
+    each row goes back in the state (``B``, dropped, for padding)."""
+    pad = size - pending.size
+    return np.concatenate([pending, np.full(pad, pending[0])]), np.concatenate([pending, np.full(pad, B)])
+
+
 def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices, pad_all: bool = False):
     """The lanes ``pending`` of ``fields`` (a pytree of state arrays, leading lane axis ``B``)
     and of ``fargs`` (if ``args_batched``) as one bucket (:func:`_bucket`; all ``B`` rows if
@@ -327,8 +335,7 @@ def _lanes(fields, fargs, pending, B: int, args_batched: bool, devices, pad_all:
     the state (``B``, dropped, for padding)."""
     k = pending.size
     size = _bucket(k, B, len(devices), pad_all)
-    idx = np.concatenate([pending, np.full(size - k, pending[0])])
-    dest = np.concatenate([pending, np.full(size - k, B)])
+    idx, dest = _padded(pending, size, B)
     whole = size == B and k == B
     fields = _place(fields if whole else _gather(fields, idx), devices)
     if args_batched:
@@ -433,8 +440,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
                 # explicit round of the pending lanes padded to all B rows: the first round's
                 # program again. (An implicit step costs up to cubically more with the state, so
                 # implicit rounds keep their buckets: padding would cost B/k on every call.)
-                idx, dest = np.concatenate([group, np.full(B - group.size, group[0])]), \
-                    np.concatenate([group, np.full(B - group.size, B)])
+                idx, dest = _padded(group, B, B)
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
                                             idx, dest)
                 continue
