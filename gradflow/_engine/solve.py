@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
+from . import _fastjit
 from .solvers import make_controller, make_solver
 from .stiff import asymmetry, stiffness_ratio
 
@@ -67,10 +68,22 @@ class FlowArgs(NamedTuple):
     atol: Any = None
 
 
+@_fastjit.filter_jit
+def call_user(fn: Callable, params, args):
+    """``fn(params, args)`` (a :class:`Flow`'s ``field`` or ``rates``) as a jit of its own.
+
+    Inside a solve's program the field is evaluated at several sites (the solver's stages, the
+    rest test's linearisation, the stiffness detector's products, the Jacobian of an implicit
+    solver); as a nested jit it is traced once per argument shapes and each site reuses that
+    trace (or its cached derivative), instead of tracing the user's Python again. XLA inlines
+    the nested call first thing, so the compiled program and its results are the same."""
+    return fn(params, args)
+
+
 def rhs(flow: Flow, y, args):
     """``dy/dt`` for ``y = (params, quadratures)`` in flow time."""
     params, _ = y
-    return flow.field(params, args), ({} if flow.rates is None else flow.rates(params, args))
+    return call_user(flow.field, params, args), ({} if flow.rates is None else call_user(flow.rates, params, args))
 
 
 def _log_time_rhs(tau, y, args: FlowArgs):
@@ -154,7 +167,7 @@ def at_rest(tau, params, f, u, ju, rtol, atol, rates=None, rates_at=None):
 def _field_and_jvp(flow: Flow, params, fargs):
     """``(f, u, J·u)``: the field ``f = field(params)``, its direction ``u = f/max|f|`` and the
     Jacobian applied to it (one linearisation of the field)."""
-    f, lin = jax.linearize(lambda p: flow.field(p, fargs), params)
+    f, lin = jax.linearize(lambda p: call_user(flow.field, p, fargs), params)
     fmax = _max_abs(f)
     u = jax.tree.map(lambda x: x / jnp.where(fmax > 0, fmax, 1.0), f)
     return f, u, lin(u)
@@ -178,7 +191,7 @@ def _rest_event(tau, y, args: FlowArgs, **kwargs):
     """Event: the flow is at rest (:func:`at_rest`), or its field is non-finite."""
     params = y[0]
     f, u, ju = _field_and_jvp(args.flow, params, args.fargs)
-    rates_at = None if args.flow.rates is None else (lambda p: args.flow.rates(p, args.fargs))
+    rates_at = None if args.flow.rates is None else (lambda p: call_user(args.flow.rates, p, args.fargs))
     rates = {} if rates_at is None else rates_at(params)
     rest = at_rest(tau, params, f, u, ju, args.rtol, args.atol, rates, rates_at)
     return rest | ~_all_finite((f, rates))

@@ -140,6 +140,15 @@ def blas_threads(solver_name: str):
         yield
 
 
+def start_vector(shape, dtype, seed: int):
+    """A fixed standard-normal vector (NumPy's ``default_rng(seed)``), made while tracing: a
+    constant of the detector's program. Drawn with :func:`jax.random.normal` inside the program
+    instead, its Threefry and inverse-erf kernels were most of the detector's XLA compile (0.32 s
+    of it, against 0.12 s now, for the 75-parameter deep linear net of
+    ``benchmarks/first_call.py``)."""
+    return jnp.asarray(np.random.default_rng(seed).standard_normal(shape), dtype)
+
+
 def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
     """``dtau·ρ``, with ``ρ`` the spectral radius of ``∂field/∂y`` at ``y`` by power iteration.
 
@@ -147,11 +156,11 @@ def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
     current ``τ``); ``y`` a pytree of float arrays; ``dtau`` the step size (scalar).
 
     **Returns:** a scalar, ``dtau·‖J vₖ‖`` with ``vₖ`` the normalised ``k``-th power iterate
-    from a fixed pseudo-random start (a lower bound of ``dtau·ρ`` for normal ``J``, the case of a
+    from a fixed pseudo-random start (:func:`start_vector`; a lower bound of ``dtau·ρ`` for normal ``J``, the case of a
     gradient flow near a minimiser, where ``J`` is minus a Hessian). ``0`` for a zero field."""
     flat, unravel = ravel_pytree(y)
     jvp = lambda v: ravel_pytree(jax.jvp(field, (y,), (unravel(v),))[1])[0]
-    v0 = jax.random.normal(jax.random.PRNGKey(0), flat.shape, flat.dtype)
+    v0 = start_vector(flat.shape, flat.dtype, 0)
 
     def body(_, carry):
         v, _ = carry
@@ -165,7 +174,7 @@ def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
 
 def asymmetry(field, y, seed: int = 1):
     """``‖(P − Pᵀ) v‖ / ‖P v‖`` for the parameter block ``P`` of ``∂field/∂y`` at ``y`` and a fixed
-    pseudo-random ``v`` (one Jacobian–vector and one vector–Jacobian product): ``0`` up to
+    pseudo-random ``v`` (:func:`start_vector` of ``seed``; one Jacobian–vector and one vector–Jacobian product): ``0`` up to
     round-off for a gradient flow (``P = −c·∇²L``), of order one for a generic non-gradient field
     (for a Gaussian ``v``, ``(P − Pᵀ) v = 0`` only if ``P`` is symmetric, with probability one).
 
@@ -177,7 +186,7 @@ def asymmetry(field, y, seed: int = 1):
     split = isinstance(y, tuple) and len(y) == 2
     block = y[0] if split else y
     flat, unravel = ravel_pytree(block)
-    v = unravel(jax.random.normal(jax.random.PRNGKey(seed), flat.shape, flat.dtype))
+    v = unravel(start_vector(flat.shape, flat.dtype, seed))
     full = (lambda b: (b, jax.tree.map(jnp.zeros_like, y[1]))) if split else (lambda b: b)
     pick = (lambda out: out[0]) if split else (lambda out: out)
     jv = ravel_pytree(pick(jax.jvp(field, (y,), (full(v),))[1]))[0]
