@@ -288,3 +288,32 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeyp
     np.testing.assert_allclose(np.asarray(bound.num_steps), steps, atol=2)
     np.testing.assert_allclose(bound.a, np.stack([s.a for s in singles]), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(bound.Gamma, np.stack([s.Gamma for s in singles]), rtol=1e-7)
+
+
+def test_the_field_is_traced_once_per_program_with_the_same_results(monkeypatch):
+    """A single stiff ``integrate`` (Dopri8 and Rodas4 rounds, the detector) traces the user's
+    loss a few times: the field is a nested jit (``solve.call_user``) whose trace every site in a
+    program reuses. The same run with the field called directly at every site (the control)
+    traces the loss many more times, and gives bitwise the same end state and save points (XLA
+    inlines the nested call)."""
+    calls = []
+    lam = jax.numpy.asarray([1e-2, 1.0, 1e2, 3e1, 0.3])
+
+    def loss(w):  # a loss (and shapes) that no other test compiles
+        calls.append(1)
+        return 0.5 * jax.numpy.sum(lam * w ** 2) + 0.1 * jax.numpy.sum(w ** 4)
+
+    w0 = np.asarray([1.0, -0.5, 0.3, 0.2, 0.1])
+    ts = np.geomspace(1e-3, 1e6, 9)
+    nested = gradflow.integrate(loss, w0, t1=1e6, ts=ts)
+    traced_nested = len(calls)
+    calls.clear()
+    monkeypatch.setattr(_solve, "call_user", lambda fn, params, args: fn(params, args))
+    jax.clear_caches()
+    direct = gradflow.integrate(loss, w0, t1=1e6, ts=ts)
+    traced_direct = len(calls)
+    jax.clear_caches()
+    assert nested.status == direct.status == "ok" and int(nested.num_steps) > 64  # more than one round
+    assert traced_nested <= 12 and traced_direct >= 4 * traced_nested, (traced_nested, traced_direct)  # 9 and 57
+    for x, y in zip(jax.tree.leaves(nested), jax.tree.leaves(direct)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -731,3 +731,21 @@ def test_krylov_lanes_of_a_batch_equal_single_runs():
         single = gradflow.simulate(loss, W0, a0, **kw)
         np.testing.assert_allclose(batch[i].V, single.V, rtol=1e-7, atol=1e-10)
         np.testing.assert_allclose(batch[i].a, single.a, rtol=1e-7, atol=1e-10)
+
+
+def test_detector_draws_no_random_numbers_in_its_program():
+    """The detector's start vectors (:func:`stiff.start_vector`) are NumPy constants made while
+    tracing: its program has no Threefry kernel (drawn with ``jax.random`` inside it, they were
+    most of its compile). The vectors are fixed standard-normal draws: the same for the same seed
+    and shape, another for another seed, mean and variance those of N(0, 1) within 5 standard
+    errors. Control: a program drawing with ``jax.random.normal`` shows Threefry in its HLO."""
+    field = lambda y: -3.0 * jnp.tanh(y)
+    y = jnp.linspace(-1.0, 1.0, 400)
+    text = jax.jit(lambda y: (stiff.stiffness_ratio(field, y, 0.1), stiff.asymmetry(field, y))).lower(y).as_text()
+    assert "threefry" not in text.lower()
+    control = jax.jit(lambda y: y + jax.random.normal(jax.random.PRNGKey(0), y.shape, y.dtype)).lower(y).as_text()
+    assert "threefry" in control.lower()
+    v = np.asarray(stiff.start_vector((4000,), jnp.float64, 0))
+    np.testing.assert_array_equal(v, np.asarray(stiff.start_vector((4000,), jnp.float64, 0)))
+    assert not np.array_equal(v, np.asarray(stiff.start_vector((4000,), jnp.float64, 1)))
+    assert abs(v.mean()) < 5 / np.sqrt(v.size) and abs(v.var() - 1.0) < 5 * np.sqrt(2 / v.size)
