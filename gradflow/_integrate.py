@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._engine import batch as _batch
+from ._engine import solve as _solve
 from ._engine.settings import check_settings
 from ._engine.solve import Flow
 from ._errors import GradflowValueError, bad_arg, describe
@@ -81,7 +82,8 @@ class _Observe:
     items: tuple
 
     def __call__(self, params, args):
-        return dict(loss=self.loss(params, args), grad_norm=_norm(self.field(params, args)),
+        return dict(loss=_solve.call_user(self.loss, params, args),
+                    grad_norm=_norm(_solve.call_user(self.field, params, args)),
                     observed={name: fn(params, args) for name, fn in self.items})
 
 
@@ -372,7 +374,11 @@ def integrate(
       ``s ⊙ (g − ⟨s, g⟩)`` cancels): use :func:`gradflow.softmax` / :func:`gradflow.log_softmax`
       in the loss instead (drop-ins with the exact centred derivative, any ``axis``), e.g.
       ``loss = lambda p: -jnp.log(gradflow.softmax(p["a"])[0])``; or pass an exact field as
-      ``field``.
+      ``field``. Like a function under :func:`jax.jit`, the loss (and every user function) is
+      traced once per function object and argument shapes, and that trace is reused by every
+      later call in the process, whatever its other settings: a value it reads from a global
+      is the one it had at the first call. Pass values that change through ``args``, or call
+      :func:`jax.clear_caches` after changing them.
     - ``params0``: any pytree (dict, list, tuple, an equinox Module whose leaves are arrays, …)
       of real float arrays or Python floats: finite, non-empty; cast to float64. (For a Module
       with non-array leaves, pass ``eqx.partition(model, eqx.is_inexact_array)[0]`` and the

@@ -70,13 +70,20 @@ class FlowArgs(NamedTuple):
 
 @_fastjit.filter_jit
 def call_user(fn: Callable, params, args):
-    """``fn(params, args)`` (a :class:`Flow`'s ``field`` or ``rates``) as a jit of its own.
+    """``fn(params, args)`` (a :class:`Flow`'s ``field`` or ``rates``, or another user function)
+    as a jit of its own, nested in the engine's programs.
 
-    Inside a solve's program the field is evaluated at several sites (the solver's stages, the
-    rest test's linearisation, the stiffness detector's products, the Jacobian of an implicit
-    solver); as a nested jit it is traced once per argument shapes and each site reuses that
-    trace (or its cached derivative), instead of tracing the user's Python again. XLA inlines
-    the nested call first thing, so the compiled program and its results are the same."""
+    A solve's program evaluates the field at several sites (the solver's stages, the rest test's
+    linearisation, the stiffness detector's products, the Jacobian of an implicit solver, the
+    save points). As a nested jit, ``fn`` is traced once per function and argument shapes (and
+    static leaves of ``args``), and that trace, or its cached derivative, is reused by every
+    site and by every later program of the process instead of tracing the user's Python again.
+    XLA inlines the nested call first thing, so each compiled program and its results are the
+    same (``tests/test_performance.py``). As under :func:`jax.jit`, a value ``fn`` reads from a
+    global is the one it had at its first trace (the docs of :func:`gradflow.integrate` say so).
+
+    **Arguments:** ``fn`` hashable (a static argument); ``params`` a pytree of arrays; ``args``
+    any pytree (array leaves traced, the others static). **Returns:** ``fn(params, args)``."""
     return fn(params, args)
 
 
@@ -334,7 +341,7 @@ def _continue_at_rest(flow: Flow, fargs, y_rest, tau_rest, taus):
     held = jax.tree.map(lambda x: jnp.broadcast_to(x, taus.shape + x.shape), params)
     if not quads:
         return held, quads
-    rates = flow.rates(params, fargs)
+    rates = call_user(flow.rates, params, fargs)
     dt = jnp.maximum(jnp.expm1(taus) - jnp.expm1(tau_rest), 0.0)
     return held, {k: quads[k] + rates[k] * dt for k in quads}
 
