@@ -24,8 +24,10 @@ hit). In that child, in this order (:func:`measure`):
    1e-12, atol 1e-14 on the same field (max-norm relative error ``‖θ − θ_ref‖∞ / ‖θ_ref‖∞``);
 6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
    round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
-   event and without any event (``rest_stop=False``), and the stiffness detector (``_stiffness_jit``) on
-   its own: what the rest event adds to a compile, and what the detector costs when a run goes on;
+   event and without any event (``rest_stop=False``), the stiffness detector (``_stiffness_jit``) on
+   its own, and one bare Dopri8 step with its PID controller (``_bare_step``): what the rest event
+   adds to a compile, what the detector costs when a run goes on, and how much of a round's
+   compile is the step itself rather than the loop around it;
 7. also for the main row of a full run, a second fresh process with XLA's default compiler options
    (``--default-options``: :data:`gradflow._engine._fastjit.FAST_COMPILE` set to ``()`` before the
    first call): gradflow's first and warm calls only, the baseline of the options the engine gives
@@ -308,7 +310,8 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     """The round's solve (``_solve_jit``: the first round's solver, one lane) traced, lowered and
     compiled from empty caches as ``auto`` runs it (the rest event) and without any event
     (``rest_stop=False``), and the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
-    a lane goes on to a second round); trace/lower/compile seconds of each."""
+    a lane goes on to a second round), and one bare Dopri8 step (:func:`_bare_step`); trace/lower/compile
+    seconds of each."""
     import jax
     import jax.numpy as jnp
 
@@ -343,7 +346,46 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
         tot = rec.totals()
         out.append(dict(variant=label, solver=engine_stiff.spec(rnd.solver).name, steps=int(rnd.steps), wall_s=wall,
                         **{f"{k}_s": v for k, v in tot.items()}))
+    out.append(_bare_step(loss, args, y0, rtol, atol, rec))
     return out
+
+
+BARE_STEP = "one Dopri8 step and its PID controller alone (no loop, no event, no saving)"
+
+
+def _bare_step(loss, args, y0, rtol, atol, rec) -> dict:
+    """Trace/lower/compile seconds of one step of diffrax's ``Dopri8`` on the engine's log-time
+    field of ``loss`` (its ``solver.step`` and a ``PIDController``'s ``adapt_step_size`` at the
+    same tolerances, jitted alone with the options of a single run's round): what remains of the
+    round's program without diffrax's loop (its while loops, saving and ``t1`` bookkeeping), the
+    rest event, the save points' observables and the finish, i.e. what a first call stepped from
+    the host would compile for its explicit phase."""
+    import diffrax
+    import jax
+
+    from gradflow.internal import engine_fastjit, engine_solve
+
+    jax.clear_caches()
+    flow = engine_solve.Flow(field=NegGrad(loss, args is not None))
+    term = diffrax.ODETerm(engine_solve._log_time_rhs)
+    fargs = engine_solve.FlowArgs(flow, args)
+    solver, ctrl = diffrax.Dopri8(), diffrax.PIDController(rtol=float(rtol), atol=float(atol))
+    y = jax.tree.map(lambda x: x[0], y0)
+    state = solver.init(term, 0.0, 0.1, y, fargs)
+    _, cstate = ctrl.init(term, 0.0, 1.0, y, 0.1, fargs, solver.func, solver.order(term))
+
+    def step(t0, t1, y, state, cstate):  # fargs (the flow, static) closed over
+        y1, err, _, state, _ = solver.step(term, t0, t1, y, fargs, state, False)
+        keep, t0n, t1n, _, cstate, _ = ctrl.adapt_step_size(t0, t1, y, y1, fargs, err, solver.order(term), cstate)
+        return keep, t0n, t1n, y1, state, cstate
+
+    jitted = jax.jit(step, compiler_options=dict(engine_fastjit.FAST_COMPILE) or None)
+    with rec.recording():
+        start = time.perf_counter()
+        jax.block_until_ready(jitted(0.0, 0.1, y, state, cstate))
+        wall = time.perf_counter() - start
+    tot = rec.totals()
+    return dict(variant=BARE_STEP, solver="dopri8", steps=1, wall_s=wall, **{f"{k}_s": v for k, v in tot.items()})
 
 
 def measure(name: str, warm_repeats: int = 3, ablate: bool = False, scipy_methods=SCIPY_METHODS,
@@ -551,15 +593,20 @@ def breakdown(row) -> str:
     if row.get("ablation"):
         a = row["ablation"]
         tot = [x["trace_s"] + x["lower_s"] + x["compile_s"] for x in a]
-        L += ["", f"The round's solve (`_solve_jit`, {a[0]['solver']}, one lane) and the stiffness detector compiled "
-              "again, each from empty caches (trace + lower + XLA compile, seconds):", "",
+        L += ["", f"The round's solve (`_solve_jit`, {a[0]['solver']}, one lane), the stiffness detector and one bare "
+              "solver step compiled again, each from empty caches (trace + lower + XLA compile, seconds):", "",
               "| program | trace | lower | XLA compile | total |", "|---|---|---|---|---|"]
         for x, t in zip(a, tot):
             L.append(f"| {x['variant']} | {x['trace_s']:.2f} | {x['lower_s']:.2f} | {x['compile_s']:.2f} | {t:.2f} |")
-        if len(a) == 3:
+        if len(a) >= 3:
             L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile (against no event, as without the rest stop); "
                   f"the stiffness detector, a program of its own, costs {tot[2]:.2f} s and is compiled only when a lane "
                   "goes on to a second round."]
+        bare = [t for x, t in zip(a, tot) if x["variant"] == BARE_STEP]
+        if bare:
+            L[-1] += (f" One step of the same field with diffrax's Dopri8 and a PID controller, jitted alone, compiles in "
+                      f"{bare[0]:.2f} s of the solve's {tot[0]:.2f} s: the rest is the loop around the step (diffrax's "
+                      "while loops, saving and `t1` bookkeeping), the rest event, the save points' observables and the finish.")
     base = row.get("baseline")
     if base:
         bb = base["first_breakdown"]
