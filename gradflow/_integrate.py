@@ -84,7 +84,7 @@ class _Observe:
     def __call__(self, params, args):
         return dict(loss=_solve.call_user(self.loss, params, args),
                     grad_norm=_norm(_solve.call_user(self.field, params, args)),
-                    observed={name: fn(params, args) for name, fn in self.items})
+                    observed={name: _solve.call_user(fn, params, args) for name, fn in self.items})
 
 
 @dataclasses.dataclass(frozen=True)

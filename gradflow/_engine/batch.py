@@ -389,7 +389,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     for lo in range(0, B, size):
         real = min(size, B - lo)
         csize = _bucket(real, size, n_dev)  # a short last chunk: a power of two
-        idx = np.concatenate([np.arange(lo, lo + real), np.full(csize - real, lo)])
+        idx, _ = _padded(np.arange(lo, lo + real), csize, B)
         whole = real == B and csize == B
         pick = (lambda x: x) if whole else (lambda x: _take(x, idx))
         chunk_args = _place(pick(fargs), devices) if args_batched else fargs

@@ -164,8 +164,9 @@ def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
     current ``τ``); ``y`` a pytree of float arrays; ``dtau`` the step size (scalar).
 
     **Returns:** a scalar, ``dtau·‖J vₖ‖`` with ``vₖ`` the normalised ``k``-th power iterate
-    from a fixed pseudo-random start (:func:`start_vector`; a lower bound of ``dtau·ρ`` for normal ``J``, the case of a
-    gradient flow near a minimiser, where ``J`` is minus a Hessian). ``0`` for a zero field."""
+    from a fixed pseudo-random start (:func:`start_vector`; a lower bound of ``dtau·ρ`` for
+    normal ``J``, the case of a gradient flow near a minimiser, where ``J`` is minus a Hessian).
+    ``0`` for a zero field."""
     flat, unravel = ravel_pytree(y)
     jvp = lambda v: ravel_pytree(jax.jvp(field, (y,), (unravel(v),))[1])[0]
     v0 = start_vector(flat.shape, flat.dtype, 0)
@@ -182,8 +183,9 @@ def stiffness_ratio(field, y, dtau, iterations: int = POWER_ITERATIONS):
 
 def asymmetry(field, y, seed: int = 1):
     """``‖(P − Pᵀ) v‖ / ‖P v‖`` for the parameter block ``P`` of ``∂field/∂y`` at ``y`` and a fixed
-    pseudo-random ``v`` (:func:`start_vector` of ``seed``; one Jacobian–vector and one vector–Jacobian product): ``0`` up to
-    round-off for a gradient flow (``P = −c·∇²L``), of order one for a generic non-gradient field
+    pseudo-random ``v`` (:func:`start_vector` of ``seed``; one Jacobian–vector and one
+    vector–Jacobian product): ``0`` up to round-off for a gradient flow (``P = −c·∇²L``), of
+    order one for a generic non-gradient field
     (for a Gaussian ``v``, ``(P − Pᵀ) v = 0`` only if ``P`` is symmetric, with probability one).
 
     **Arguments:** ``field`` a function of the state ``y``; ``y`` either ``(params, quadratures)``
