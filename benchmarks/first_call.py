@@ -25,9 +25,11 @@ hit). In that child, in this order (:func:`measure`):
 6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
    round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
    event and without any event (``rest_stop=False``), the stiffness detector (``_stiffness_jit``) on
-   its own, and one bare Dopri8 step with its PID controller (``_bare_step``): what the rest event
-   adds to a compile, what the detector costs when a run goes on, and how much of a round's
-   compile is the step itself rather than the loop around it;
+   its own, the same solve by ``diffrax.diffeqsolve`` (``engine_loop.by_diffeqsolve`` in place of
+   the engine's own loop), and one bare Dopri8 step with its PID controller (``_bare_step``): what
+   the rest event adds to a compile, what the detector costs when a run goes on, what the engine's
+   own loop saves against diffeqsolve, and how much of a round's compile is the step itself rather
+   than the loop around it;
 7. also for the main row of a full run, a second fresh process with XLA's default compiler options
    (``--default-options``: :data:`gradflow._engine._fastjit.FAST_COMPILE` set to ``()`` before the
    first call): gradflow's first and warm calls only, the baseline of the options the engine gives
@@ -309,13 +311,13 @@ def _scipy_run(loss, params0, kwargs, t1, method, rtol, atol, rec: Recorder | No
 def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     """The round's solve (``_solve_jit``: the first round's solver, one lane) traced, lowered and
     compiled from empty caches as ``auto`` runs it (the rest event) and without any event
-    (``rest_stop=False``), and the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
-    a lane goes on to a second round), and one bare Dopri8 step (:func:`_bare_step`); trace/lower/compile
-    seconds of each."""
+    (``rest_stop=False``), the stiffness detector (``_stiffness_jit``, a program of its own, compiled only when
+    a lane goes on to a second round), the solve as auto runs it by ``diffrax.diffeqsolve`` instead of the engine's
+    loop, and one bare Dopri8 step (:func:`_bare_step`); trace/lower/compile seconds of each."""
     import jax
     import jax.numpy as jnp
 
-    from gradflow.internal import engine_batch as _batch, engine_solve, engine_stiff
+    from gradflow.internal import engine_batch as _batch, engine_loop, engine_solve, engine_stiff
 
     meta = dict(sol.meta)
     rtol, atol = tolerances(sol)
@@ -329,12 +331,14 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     codes, left, _ = engine_stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), settings.max_steps)
     rnd = _batch.Round.of(codes[0], min(_batch.ROUND_STEPS, left[0]), _batch.ROUND_STEPS)  # the first round's
     rec, out = recorder(), []
-    for label, rest_stop in (("the solve as auto runs it (rest event)", True),
+    for label, rest_stop in ((SOLVE, True),
                              ("the solve without the rest event (no event)", False),
-                             ("the stiffness detector after a round (a program of its own)", None)):
+                             ("the stiffness detector after a round (a program of its own)", None),
+                             (BY_DIFFEQSOLVE, True)):
         jax.clear_caches()
         flow = engine_solve.Flow(field=NegGrad(loss, args is not None), rest_stop=bool(rest_stop))
-        with rec.recording(), _batch._pinned.cacheable():
+        loop_of = engine_loop.by_diffeqsolve if label == BY_DIFFEQSOLVE else engine_loop.solve
+        with rec.recording(), _swapped(engine_loop, "solve", loop_of):
             start = time.perf_counter()
             if rest_stop is None:
                 ends = (y0, tau0 + 1.0, tau0, jnp.ones((1,), int))
@@ -351,15 +355,28 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
 
 
 BARE_STEP = "one Dopri8 step and its PID controller alone (no loop, no event, no saving)"
+SOLVE = "the solve as auto runs it (rest event)"
+BY_DIFFEQSOLVE = "the same solve by `diffrax.diffeqsolve` (the engine's loop before 2026-12-05)"
+
+
+@contextlib.contextmanager
+def _swapped(module, name, value):
+    """``module.name`` set to ``value`` inside the context (the ablation's ``diffeqsolve`` baseline)."""
+    old = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
 
 
 def _bare_step(loss, args, y0, rtol, atol, rec) -> dict:
     """Trace/lower/compile seconds of one step of diffrax's ``Dopri8`` on the engine's log-time
     field of ``loss`` (its ``solver.step`` and a ``PIDController``'s ``adapt_step_size`` at the
     same tolerances, jitted alone with the options of a single run's round): what remains of the
-    round's program without diffrax's loop (its while loops, saving and ``t1`` bookkeeping), the
-    rest event, the save points' observables and the finish, i.e. what a first call stepped from
-    the host would compile for its explicit phase."""
+    round's program without the loop (the while loop, the save points' interpolation), the rest
+    event, the save points' observables and the finish, i.e. what a first call stepped from the
+    host would compile for its explicit phase."""
     import diffrax
     import jax
 
@@ -593,8 +610,9 @@ def breakdown(row) -> str:
     if row.get("ablation"):
         a = row["ablation"]
         tot = [x["trace_s"] + x["lower_s"] + x["compile_s"] for x in a]
-        L += ["", f"The round's solve (`_solve_jit`, {a[0]['solver']}, one lane), the stiffness detector and one bare "
-              "solver step compiled again, each from empty caches (trace + lower + XLA compile, seconds):", "",
+        L += ["", f"The round's solve (`_solve_jit`, {a[0]['solver']}, one lane), the stiffness detector, the same solve by "
+              "`diffrax.diffeqsolve` and one bare solver step compiled again, each from empty caches (trace + lower + XLA "
+              "compile, seconds):", "",
               "| program | trace | lower | XLA compile | total |", "|---|---|---|---|---|"]
         for x, t in zip(a, tot):
             L.append(f"| {x['variant']} | {x['trace_s']:.2f} | {x['lower_s']:.2f} | {x['compile_s']:.2f} | {t:.2f} |")
@@ -602,11 +620,18 @@ def breakdown(row) -> str:
             L += ["", f"The rest event adds {tot[0] - tot[1]:.2f} s to the solve's compile (against no event, as without the rest stop); "
                   f"the stiffness detector, a program of its own, costs {tot[2]:.2f} s and is compiled only when a lane "
                   "goes on to a second round."]
-        bare = [t for x, t in zip(a, tot) if x["variant"] == BARE_STEP]
-        if bare:
+        by = {x["variant"]: t for x, t in zip(a, tot)}
+        if BY_DIFFEQSOLVE in by:
+            L[-1] += (f" The same solve by `diffrax.diffeqsolve` (the same solver, controller, save points and rest event; "
+                      f"the engine's loop before 2026-12-05) compiles in {by[BY_DIFFEQSOLVE]:.2f} s against "
+                      f"{by[SOLVE]:.2f} s in the engine's own loop (`gradflow._engine.loop`, the same steps bit for bit): "
+                      "diffeqsolve also traces its step body three times, unrolls `t1 − 100 ulp` into a 1,700-instruction "
+                      "kernel and compiles machinery these solves do not use.")
+        if BARE_STEP in by:
             L[-1] += (f" One step of the same field with diffrax's Dopri8 and a PID controller, jitted alone, compiles in "
-                      f"{bare[0]:.2f} s of the solve's {tot[0]:.2f} s: the rest is the loop around the step (diffrax's "
-                      "while loops, saving and `t1` bookkeeping), the rest event, the save points' observables and the finish.")
+                      f"{by[BARE_STEP]:.2f} s of the solve's {by[SOLVE]:.2f} s: the rest is the loop around the step "
+                      "(the while loop, the save points' interpolation), the rest event, the save points' observables "
+                      "and the finish.")
     base = row.get("baseline")
     if base:
         bb = base["first_breakdown"]

@@ -11,8 +11,9 @@ without a deprecation period.
 - :func:`default_record`: the GD record grid (iteration ``0`` and about ``num`` log-spaced
   indices), the default of :func:`gradflow.descend` and the one copy the figures use.
 - :func:`usable_cores`: the CPU cores this process may run on.
-- ``engine_batch``, ``engine_solve``, ``engine_solvers``, ``engine_stiff``, ``engine_rosenbrock``: the engine's solver modules (``ROUND_STEPS``,
-  ``EXPLICIT_ROUND``, ...), for the benchmarks that time them; ``engine_fastjit``: its compiled-call
+- ``engine_batch``, ``engine_solve``, ``engine_solvers``, ``engine_stiff``, ``engine_rosenbrock``, ``engine_loop``: the
+  engine's solver modules (``ROUND_STEPS``, ``EXPLICIT_ROUND``, the solve loop and its ``diffeqsolve``
+  reference, ...), for the benchmarks that time them; ``engine_fastjit``: its compiled-call
   wrapper (``FAST_COMPILE``, which ``benchmarks/first_call.py`` turns off for its baseline).
 - :func:`value_softmax_flow`: the engine's :class:`~gradflow._engine.solve.Flow` of the value-softmax
   family (what :func:`gradflow.simulate` integrates), for benchmarks that call the engine directly.
@@ -23,11 +24,11 @@ without a deprecation period.
 from ._descend import default_record
 from ._engine import _fastjit as engine_fastjit
 from ._engine import batch as engine_batch, rosenbrock as engine_rosenbrock, solve as engine_solve, stiff as engine_stiff
-from ._engine import solvers as engine_solvers
+from ._engine import loop as engine_loop, solvers as engine_solvers
 from ._errors import ArgumentParser, bad_arg, describe
 from ._host import usable_cores
 from ._provenance import git_revision, source_hash, versions
 from ._simulate import value_softmax_flow
 from ._validate import as_float_array, check_positive
 
-__all__ = ["ArgumentParser", "as_float_array", "bad_arg", "git_revision", "source_hash", "value_softmax_flow", "versions", "check_positive", "default_record", "describe", "engine_batch", "engine_fastjit", "engine_rosenbrock", "engine_solve", "engine_solvers", "engine_stiff", "usable_cores"]
+__all__ = ["ArgumentParser", "as_float_array", "bad_arg", "git_revision", "source_hash", "value_softmax_flow", "versions", "check_positive", "default_record", "describe", "engine_batch", "engine_fastjit", "engine_loop", "engine_rosenbrock", "engine_solve", "engine_solvers", "engine_stiff", "usable_cores"]

@@ -300,18 +300,3 @@ def test_status_enumeration_is_the_public_status_list():
                                                                  "solver_failed")
     assert [int(s) for s in Status] == [0, 1, 2, 3, 4] and all(s.message for s in Status)
 
-
-def test_equinox_workaround_falls_back_on_untested_versions(monkeypatch):
-    """On an equinox version the swap was not tested on, ``cacheable`` does nothing: a check
-    traced inside it still raises. Control: on the tested version the same check returns NaN."""
-    import equinox as eqx
-
-    from gradflow._engine import _pinned
-
-    check = jax.jit(lambda x: eqx.error_if(x, x[0] > 0, "boom") * 1.0)
-    if _pinned.ACTIVE:  # control (tested version): swapped to NaN
-        with _pinned.cacheable():
-            assert np.all(np.isnan(np.asarray(jax.jit(lambda x: eqx.error_if(x, x[0] > 0, "b2") * 2.0)(jnp.ones(2)))))
-    monkeypatch.setattr(_pinned, "ACTIVE", False)
-    with _pinned.cacheable(), pytest.raises(Exception, match="boom"):
-        check(jnp.ones(2)).block_until_ready()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow._engine import _pinned, batch as _batch, solve as _solve, stiff as _stiff
+from gradflow._engine import batch as _batch, solve as _solve, stiff as _stiff
 from tests import reference as ref
 
 
@@ -155,12 +155,12 @@ def test_sweep_on_simulated_devices_equals_one_device():
 
 
 _CACHE_SCRIPT = r"""
-import contextlib, os, sys
+import os, sys
 import numpy as np
 import gradflow
-from gradflow._engine import _pinned
-if sys.argv[2] == "control":  # trace with equinox's default raising checks (host callbacks)
-    _pinned.cacheable = contextlib.nullcontext
+from gradflow._engine import loop
+if sys.argv[2] == "control":  # the solve by diffrax.diffeqsolve, whose save-time checks are host callbacks
+    loop.solve = loop.by_diffeqsolve
 gradflow.enable_compilation_cache(sys.argv[1])
 rng = np.random.RandomState(0)
 traj = gradflow.simulate(gradflow.LogisticTeacher(rng.randn(3)), 0.1 * rng.randn(3, 3), np.zeros(3), t1=1e6,
@@ -170,22 +170,22 @@ print(" ".join(sorted(os.listdir(sys.argv[1]))))
 """
 
 
-@pytest.mark.skipif(not _pinned.ACTIVE, reason="the equinox swap is off on an untested equinox (gradflow/_engine/_pinned.py)")
 def test_solve_is_written_to_the_persistent_compilation_cache(tmp_path):
-    """diffrax checks save times with ``eqx.error_if``, a host callback by default, and JAX never
-    caches a computation with host callbacks: the solve traced under ``_cacheable`` is written
-    to the cache, the control without it is not. (That a second process then loads it is
-    measured in ``benchmarks/``: cache hits of the second cold run.)"""
+    """JAX never caches a computation with host callbacks. The engine's solve loop has none, so
+    the fused round is written to the cache; the control runs the same solve by
+    ``diffrax.diffeqsolve``, which checks its save times with ``eqx.error_if`` (a host callback),
+    and its round is not written. (That a second process then loads it is measured in
+    ``benchmarks/``: cache hits of the second cold run.)"""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {k: v for k, v in os.environ.items() if k not in ("GRADFLOW_NO_CACHE", "EQX_ON_ERROR")}
     listed = {}
-    for mode in ("cacheable", "control"):
+    for mode in ("loop", "control"):
         folder = tmp_path / mode
         out = subprocess.run([sys.executable, "-c", _CACHE_SCRIPT, str(folder), mode], cwd=root, env=env,
                              capture_output=True, text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
         listed[mode] = out.stdout.split()
-    assert any(name.startswith("jit__fused_round") for name in listed["cacheable"]), listed
+    assert any(name.startswith("jit__fused_round") for name in listed["loop"]), listed
     assert not any(name.startswith("jit__fused_round") for name in listed["control"]), listed
 
 
@@ -232,22 +232,19 @@ def test_first_round_chunks_concatenated_equal_one_solve(monkeypatch):
     assert not np.allclose(np.asarray(chunked.V)[[1, 0]], np.asarray(whole.V)[[0, 1]])  # control: order matters
 
 
-def test_solves_leave_equinox_checks_raising():
-    """Solves are traced with ``on_error="nan"`` (:func:`gradflow._engine._pinned.cacheable`); afterwards a
-    user's ``eqx.error_if`` still raises, eagerly and under a fresh ``jax.jit``. Control: inside
-    the context the same check returns NaN instead, so the test sees the swap."""
-    import jax
+def test_a_users_equinox_check_in_the_loss_still_raises():
+    """A user's ``eqx.error_if`` in the loss keeps its meaning inside a solve (the engine's
+    programs need no swap of equinox's check to be cached): a check that fails during the solve
+    raises with its message. Control: the same check that never fails lets the run end ``ok``."""
     import jax.numpy as jnp
 
-    rng = np.random.RandomState(5)
-    assert gradflow.simulate(gradflow.LogisticTeacher(rng.randn(3)), rng.randn(3, 3), np.zeros(3), t1=10.0).ok
-    check = lambda x: eqx.error_if(x, x[0] > 0, "boom")
-    with pytest.raises(Exception, match="boom"):
-        check(jnp.ones(2)).block_until_ready()
-    with pytest.raises(Exception, match="boom"):
-        jax.jit(check)(jnp.ones(2)).block_until_ready()
-    with _pinned.cacheable():
-        assert np.all(np.isnan(np.asarray(jax.jit(lambda x: check(x) * 1.0)(jnp.ones(2)))))
+    def loss(w, bound):
+        w = eqx.error_if(w, jnp.max(jnp.abs(w)) > bound, "the weights left the box")
+        return 0.5 * jnp.sum((w - 3.0) ** 2)
+
+    assert gradflow.integrate(loss, np.zeros(2), t1=10.0, args=10.0).status == "ok"
+    with pytest.raises(Exception, match="the weights left the box"):
+        gradflow.integrate(loss, np.zeros(2), t1=10.0, args=1.0)
 
 
 def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeypatch):
@@ -327,6 +324,6 @@ def test_the_field_is_traced_once_per_program_with_the_same_results(monkeypatch)
     counts_direct = len(loss_traces), len(rate_traces)
     assert direct.status == "ok"
     assert counts_nested[0] <= 7 and counts_nested[1] <= 6, counts_nested  # measured: 6 and 5
-    assert counts_direct[0] >= 5 * counts_nested[0] and counts_direct[1] >= 5 * counts_nested[1], counts_direct  # 57, 64
+    assert counts_direct[0] >= 3 * counts_nested[0] and counts_direct[1] >= 3 * counts_nested[1], counts_direct  # 25, 28
     for x, y in zip(jax.tree.leaves(nested), jax.tree.leaves(direct)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -21,8 +21,8 @@ on, a new process loads the compiled solve stored beside the cache instead of tr
 :data:`FAST_COMPILE` (a second :func:`jax.jit` of the same traced function).
 
 Not supported (not needed by the engine): keyword arguments, donation, equinox's rewriting of
-runtime-error messages (the engine traces its solves with ``on_error="nan"``, see
-:func:`gradflow._engine._pinned.cacheable`).
+runtime-error messages (a failed ``eqx.error_if`` in a user's function raises JAX's runtime error,
+whose text includes the check's message).
 """
 
 from __future__ import annotations

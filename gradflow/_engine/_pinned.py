@@ -1,16 +1,19 @@
 """The workarounds that replace or reach into a library's private internals, in one module, each
-guarded by the versions it was tested on and with a clean fallback. (Two read-only uses of
-semi-public equinox/diffrax API stay where they are used, in :mod:`gradflow._engine.erk`:
+guarded by the versions it was tested on and with a clean fallback. (Four read-only uses of
+semi-public equinox/diffrax API stay where they are used: in :mod:`gradflow._engine.erk`,
 ``equinox.internal.unvmap_any``, as diffrax's own explicit solvers use it, and Dopri8's dense-output
 coefficients, ``diffrax.Dopri8.interpolation_cls.eval_coeffs``; ``tests/test_erk.py`` checks the
-unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests.)
+unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests. In
+:mod:`gradflow._engine.loop`, ``equinox.internal.prevbefore``, the function diffrax clips steps to
+``t1`` with, and ``equinox.internal.while_loop``, the loop with in-place buffers diffrax's forward
+mode runs; ``tests/test_loop.py`` checks the loop against ``diffrax.diffeqsolve`` bit for bit.)
 
-- :func:`cacheable` (equinox): trace the solves with equinox's ``on_error="nan"`` instead of a host
-  callback, so that the compiled solve can be written to JAX's persistent compilation cache. It
-  replaces a private module global of equinox (``equinox._errors.branched_error_if_impl_jit``)
-  while a solve is traced. On an equinox version not in :data:`TESTED_EQUINOX`, or one whose
-  internals moved, it does nothing: results are the same, only the persistent cache is not
-  written (every new process compiles the solve again).
+(Until 2026-12-05 a swap of equinox's runtime check, ``cacheable``, was also here: the solves then
+ran through ``diffrax.diffeqsolve``, whose ``eqx.error_if`` checks of the save times are host
+callbacks, which keep JAX from writing a program to its persistent cache. The engine's own loop
+(:mod:`gradflow._engine.loop`) has no such check, so its programs are cached as they are, and a
+user's own ``eqx.error_if`` in a loss keeps its meaning inside a solve.)
+
 - :func:`any_lane` (equinox): whether a predicate holds in any lane of an enclosing ``vmap``, as one
   unbatched bool (``equinox.internal.unvmap_any``), so that a ``lax.cond`` on it branches once for
   all lanes (:func:`gradflow._engine.rosenbrock.krylov_solve`'s GMRES fallback). On an untested
@@ -32,68 +35,15 @@ unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails
 
 from __future__ import annotations
 
-import contextlib
-import threading
-
 import equinox as eqx
 import jax
 import jaxlib
 
-__all__ = ["TESTED_EQUINOX", "ACTIVE", "cacheable", "any_lane", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
+__all__ = ["TESTED_EQUINOX", "any_lane", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
            "serialize_executable", "fast_compile_options"]
 
 TESTED_EQUINOX = ("0.13.8",)
-"""equinox versions the swap in :func:`cacheable` was tested on (``tests/test_performance.py``
-checks that the solve is cached and that a user's ``eqx.error_if`` still raises afterwards)."""
-
-try:
-    import equinox._errors as _eqx_errors
-
-    _HAVE_INTERNALS = callable(getattr(_eqx_errors, "branched_error_if_impl_jit", None)) and callable(
-        getattr(_eqx_errors, "branched_error_if_impl", None))
-except ImportError:  # pragma: no cover - a future equinox without this module
-    _eqx_errors, _HAVE_INTERNALS = None, False
-
-ACTIVE = _HAVE_INTERNALS and eqx.__version__ in TESTED_EQUINOX
-"""Whether :func:`cacheable` swaps equinox's check (this equinox is a tested version)."""
-
-_LOCK = threading.RLock()
-
-
-def _nan_on_error(x, pred, index, msgs, *, on_error):
-    """Stand-in for equinox's jitted check while gradflow traces a solve: a ``"default"`` check
-    becomes ``"nan"`` (explicit ``on_error`` values are kept); traced inline, not through
-    equinox's own jit cache, so nothing outlives :func:`cacheable`."""
-    return _eqx_errors.branched_error_if_impl(x, pred, index, msgs, on_error="nan" if on_error == "default" else on_error)
-
-
-@contextlib.contextmanager
-def cacheable():
-    """Trace the solves with equinox's ``on_error="nan"`` instead of a host callback.
-
-    diffrax checks the (traced) save times with ``eqx.error_if`` — increasing, inside
-    ``[t0, t1]`` — and equinox implements a raising check with a host callback; JAX never
-    writes a computation with host callbacks to the persistent compilation cache, so every
-    new process would recompile the solve. gradflow checks ``ts`` on the host before the solve
-    and clips the save times into ``[t0, t1]``, so these checks cannot fire; with ``"nan"``
-    they compile to a ``cond`` and the executable can be cached. Inside this context
-    equinox's jitted check (a module global it looks up at each call) is replaced by
-    :func:`_nan_on_error`; it is restored afterwards, under a lock, so concurrent gradflow
-    calls from several threads do not interleave the swap. A check in a user's own code traced
-    by another thread meanwhile would also get ``"nan"``.
-
-    Fallback: when :data:`ACTIVE` is false (an untested equinox) this context does nothing.
-    """
-    if not ACTIVE:
-        yield
-        return
-    with _LOCK:
-        old = _eqx_errors.branched_error_if_impl_jit
-        _eqx_errors.branched_error_if_impl_jit = _nan_on_error
-        try:
-            yield
-        finally:
-            _eqx_errors.branched_error_if_impl_jit = old
+"""equinox versions on which :func:`any_lane` uses ``equinox.internal.unvmap_any``."""
 
 
 try:

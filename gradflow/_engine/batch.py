@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import bad_arg
-from . import _export, _fastjit, _pinned
+from . import _export, _fastjit
 from . import solve as _solve
 from . import stiff as _stiff
 from .settings import Round, Settings
@@ -99,7 +99,7 @@ def _per_lane(fn, args_batched, n_lane_args):
     """``fn(args, *lane_args)`` vmapped over lanes (over ``args`` too if it is batched).
 
     A single lane (``simulate``, or the last pending lane of a batch) is not vmapped but
-    computed directly and given its lane axis back: tracing a batched diffrax while loop
+    computed directly and given its lane axis back: tracing a batched while loop (the solve's)
     costs about twice the time of the plain one (a cold process pays it), and the batched
     loop's per-step masking costs time too."""
     vmapped = eqx.filter_vmap(fn, in_axes=(0 if args_batched else None,) + (0,) * n_lane_args)
@@ -138,9 +138,10 @@ def _compile_bound(y, n_dev: int) -> bool:
 def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
     """Solve the lanes ``(y0, tau0)`` (leading lane axis) for one round ``rnd``."""
     unrolled = _throughput_bound(y0)
+    one = jax.tree.leaves(y0)[0].shape[0] == 1  # not vmapped (:func:`_per_lane`)
     fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus=settings.taus, rtol=settings.rtol, atol=settings.atol,
                                             solver=rnd.solver, max_steps=rnd.cap, budget=rnd.steps,
-                                            batched=unrolled)
+                                            batched=unrolled, vmapped=not one)
     return _per_lane(fn, settings.args_batched, 2)(fargs, y0, tau0)
 
 
@@ -460,10 +461,10 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`
     (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
 
-    Solves are traced as in :func:`gradflow._engine._pinned.cacheable`; BLAS runs with
+    BLAS runs with
     :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays
     explicit, as most do, never touches the thread pools: ~0.05 ms a call)."""
-    with _pinned.cacheable(), contextlib.ExitStack() as stack:
+    with contextlib.ExitStack() as stack:
         def before(code):
             if spec(code).implicit and not limited:
                 stack.enter_context(_stiff.blas_threads(spec(code).name))

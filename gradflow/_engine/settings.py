@@ -60,7 +60,7 @@ class Settings:
 class Round:
     """One round of solves: ``solver`` (static) the integer code of the solver every lane of the
     round runs (:data:`gradflow._engine.solvers.SOLVER_TABLE`); ``steps`` (traced, an integer
-    array) the most steps each may take in it, at most ``cap`` (static: diffrax's ``max_steps``,
+    array) the most steps each may take in it, at most ``cap`` (static: the solve loop's ``max_steps``,
     :data:`gradflow._engine.batch.ROUND_STEPS`). Rounds of any length up to ``cap`` run the same
     compiled program of their solver."""
 

@@ -1,4 +1,4 @@
-"""One log-time diffrax solve of a gradient flow over any parameter pytree: its events and statuses.
+"""One log-time solve of a gradient flow over any parameter pytree: its events and statuses.
 
 The engine knows no model. A :class:`Flow` says what to integrate:
 
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from .._status import Status
-from . import _fastjit
+from . import _fastjit, loop
 from .solvers import make_controller, make_solver
 from .stiff import asymmetry, stiffness_ratio
 
@@ -266,12 +266,15 @@ class SolveState(eqx.Module):
 
 
 def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, max_steps: int,
-               budget=None, batched: bool = False) -> SolveState:
-    """One diffrax solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``, with
-    the solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and at most
+               budget=None, batched: bool = False, vmapped: bool = True) -> SolveState:
+    """One solve in log time from ``(tau0, y0)`` to ``taus[-1]``, saving at ``taus``, with
+    the diffrax solver of code ``solver`` (:data:`gradflow._engine.solvers.SOLVER_TABLE`) and at most
     ``max_steps`` steps (a Python integer), or ``budget`` steps if given (an integer array
     ``≤ max_steps``, a runtime value: :class:`gradflow._engine.solvers.StepBudget`); ``batched``:
-    it is traced under ``vmap`` (:func:`gradflow._engine.solvers.make_solver`).
+    it is throughput-bound, traced under ``vmap`` with many lanes
+    (:func:`gradflow._engine.solvers.make_solver`); ``vmapped``: it may be traced under ``vmap``
+    (the save points are then written in place, :func:`gradflow._engine.loop.solve`; ``False``
+    for a single lane's program, which then compiles faster; the results are the same).
 
     The code is ``stalled`` where the step collapsed (:func:`stall_dtmin`), also when the field
     turns non-finite just ahead: the engine probes there (:func:`nonfinite_ahead`) and reports
@@ -280,33 +283,30 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
     Save points before ``tau0`` are not computed here (``reached = False``). With
     ``flow.rest_stop`` the solve stops once the flow is at rest (:func:`at_rest`); the save points
     after it count as reached and hold the rest state, with each quadrature continued exactly as
-    ``g(θ_rest)·(t − t_rest)`` (the integrand is constant at rest)."""
+    ``g(θ_rest)·(t − t_rest)`` (the integrand is constant at rest).
+
+    The steps are diffrax's (its solvers and step-size controllers), run by the engine's own loop
+    (:func:`gradflow._engine.loop.solve`: the steps, saves and results of ``diffrax.diffeqsolve``,
+    in a program that compiles in less time)."""
     code, solver = solver, make_solver(solver, rtol, atol, batched)
     tau1 = taus[-1]
     dtmin = stall_dtmin(tau1)
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(ts=jnp.clip(taus, tau0, tau1)), diffrax.SubSaveAt(t1=True)])
-    sol = diffrax.diffeqsolve(
+    sol = loop.solve(
         diffrax.ODETerm(_log_time_rhs),
         solver,
-        t0=tau0,
-        t1=tau1,
-        dt0=None,
-        y0=y0,
-        args=FlowArgs(flow, fargs, rtol, atol),
-        stepsize_controller=make_controller(code, rtol, atol, dtmin, budget, tau1),
-        saveat=saveat,
+        make_controller(code, rtol, atol, dtmin, budget, tau1),
+        tau0,
+        tau1,
+        y0,
+        FlowArgs(flow, fargs, rtol, atol),
+        jnp.clip(taus, tau0, tau1),
         max_steps=max_steps,
-        throw=False,
         # No event without the rest stop: a state whose field is non-finite is never accepted in
         # practice, and one that were would stall the solve there (docs, "Solvers and statuses").
-        event=diffrax.Event(_rest_event) if flow.rest_stop else None,
-        # a plain while loop (no reverse-mode checkpointing: nothing differentiates through a
-        # solve): the same steps and bits, traced and lowered in less time
-        adjoint=diffrax.ForwardMode(),
+        event=_rest_event if flow.rest_stop else None,
+        in_place=vmapped,
     )
-    (tau_s, tau_end) = sol.ts
-    ys, y_end = sol.ys
-    y_end = jax.tree.map(lambda x: x[0], y_end)
+    tau_s, ys, y_end, tau_end = sol.ts, sol.ys, sol.y_end, sol.t_end
     reached = (taus >= tau0) & jnp.isfinite(tau_s) & jax.tree.reduce(
         jnp.logical_and,
         jax.tree.map(lambda x: jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1), ys),
@@ -314,23 +314,23 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
     code = _status_of(sol.result)
     # the field where the solve ended; after a stall the engine also probes just ahead of it
     # (:func:`nonfinite_ahead`, a program of its own)
-    bad_end = ~_all_finite(_log_time_rhs(tau_end[0], y_end, FlowArgs(flow, fargs)))
+    bad_end = ~_all_finite(_log_time_rhs(tau_end, y_end, FlowArgs(flow, fargs)))
     at_rest_ = (sol.result == diffrax.RESULTS.event_occurred) & ~bad_end
     code = jnp.where(bad_end, Status.nonfinite, jnp.where(at_rest_, Status.ok, code))
     if flow.rest_stop:  # the remaining save points: the rest state, quadratures continued linearly
         later = at_rest_ & (taus >= tau0) & ~reached
-        ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, _continue_at_rest(flow, fargs, y_end, tau_end[0], taus))
+        ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, _continue_at_rest(flow, fargs, y_end, tau_end, taus))
         reached = reached | later
     return SolveState(
         ys=ys,
         reached=reached,
         y_end=y_end,
-        tau_end=jnp.where(at_rest_, tau1, tau_end[0]),
-        tau_steady=jnp.where(at_rest_, tau_end[0], jnp.inf),
-        num_steps=sol.stats["num_steps"],
+        tau_end=jnp.where(at_rest_, tau1, tau_end),
+        tau_steady=jnp.where(at_rest_, tau_end, jnp.inf),
+        num_steps=sol.num_steps,
         code=code,
         tau_start=jnp.asarray(tau0, tau1.dtype),
-        round_steps=sol.stats["num_steps"],
+        round_steps=sol.num_steps,
     )
 
 

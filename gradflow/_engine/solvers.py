@@ -182,10 +182,11 @@ class StepBudget(rosenbrock.WrappingController):
     """``inner``'s step-size control, and the solve ended (result ``max_steps_reached``) once
     ``budget`` steps (accepted and rejected) are taken short of the end ``tau1``.
 
-    This is ``diffeqsolve``'s own ``max_steps`` as a runtime value: the solve ends after the same
+    This is the solve loop's own ``max_steps`` as a runtime value: the solve ends after the same
     step, in the same state and with the same result as under ``max_steps = budget`` (an event
-    that fires at that step still wins), while ``max_steps`` itself, which diffrax needs as a
-    Python integer, stays one constant (the longest round). So rounds of any length run one
+    that fires at that step still wins), while ``max_steps`` itself, a Python integer (the bound
+    of the while loop, :func:`gradflow._engine.loop.solve`, as in ``diffeqsolve``), stays one
+    constant (the longest round). So rounds of any length run one
     compiled program per solver instead of one per length (the engine's first round is shorter
     than the later ones).
 
