@@ -31,7 +31,8 @@ BARE = "diffrax alone (floor)"
 def bare_diffrax(loss, V0, a0, ts):
     """The floor under gradflow's solve: one jitted ``diffeqsolve`` of the same log-time field
     with the same solver and controller, saving at ``ts`` — no events, status, metrics, input
-    checks or rounds. Returns ``f(rtol, atol) -> (a at ts, steps)`` (blocks until done)."""
+    checks or rounds (gradflow steps the same solver in its own loop, ``gradflow/_engine/loop.py``,
+    which takes the same steps). Returns ``f(rtol, atol) -> (a at ts, steps)`` (blocks until done)."""
     import diffrax
     import jax
 

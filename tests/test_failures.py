@@ -200,15 +200,13 @@ def test_stall_probe_marks_only_the_lanes_with_a_wall_ahead(layout, monkeypatch)
     np.testing.assert_allclose(np.asarray(sol.t_end), [1.0, t1, 2.0, 0.75], rtol=1e-6)
 
 
-def test_forward_mode_loop_gives_the_same_bits_as_diffrax_default(monkeypatch):
-    """The engine's solves run diffrax's ``ForwardMode`` (a plain while loop and stage loop) rather
-    than its default ``RecursiveCheckpointAdjoint`` (checkpointed loops, for reverse-mode
-    derivatives nothing here takes): the same steps and the same bits. A run of ``integrate``
-    that turns stiff (Dopri8, then Rodas4, to the rest stop) each way, in one process, on a loss
-    no other test uses (so each traces anew). Control: a start moved by 1e-12 changes bits."""
-    import diffrax
-
-    from gradflow._engine import batch as _batch
+def test_the_engines_loop_gives_the_same_bits_as_diffeqsolve(monkeypatch):
+    """The engine's solves run its own while loop around diffrax's solvers
+    (:func:`gradflow._engine.loop.solve`) rather than ``diffrax.diffeqsolve``: the same steps and
+    the same bits for a whole single run of ``integrate`` that turns stiff (Dopri8, then Rodas4, to
+    the rest stop), each way, in one process, on a loss no other test uses (so each traces anew).
+    Control: a start moved by 1e-12 changes bits."""
+    from gradflow._engine import batch as _batch, loop
     from gradflow._engine.solvers import spec
 
     def loss(w):
@@ -220,7 +218,7 @@ def test_forward_mode_loop_gives_the_same_bits_as_diffrax_default(monkeypatch):
     runs = {}
     for name in ("forward", "moved", "default"):
         if name == "default":
-            monkeypatch.setattr(diffrax, "ForwardMode", diffrax.RecursiveCheckpointAdjoint)
+            monkeypatch.setattr(loop, "solve", loop.by_diffeqsolve)
         start = w0 * (1 + 1e-12) if name == "moved" else w0
         runs[name] = gradflow.integrate(lambda w, _n=name: loss(w), start, t1=1e6)
     assert {"dopri8", "rodas4"} <= set(solvers), solvers

@@ -1,12 +1,9 @@
 """The workarounds that replace or reach into a library's private internals, in one module, each
-guarded by the versions it was tested on and with a clean fallback. (Four read-only uses of
+guarded by the versions it was tested on and with a clean fallback. (Two read-only uses of
 semi-public equinox/diffrax API stay where they are used: in :mod:`gradflow._engine.erk`,
 ``equinox.internal.unvmap_any``, as diffrax's own explicit solvers use it, and Dopri8's dense-output
 coefficients, ``diffrax.Dopri8.interpolation_cls.eval_coeffs``; ``tests/test_erk.py`` checks the
-unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests. In
-:mod:`gradflow._engine.loop`, ``equinox.internal.prevbefore``, the function diffrax clips steps to
-``t1`` with, and ``equinox.internal.while_loop``, the loop with in-place buffers diffrax's forward
-mode runs; ``tests/test_loop.py`` checks the loop against ``diffrax.diffeqsolve`` bit for bit.)
+unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests.)
 
 (Until 2026-12-05 a swap of equinox's runtime check, ``cacheable``, was also here: the solves then
 ran through ``diffrax.diffeqsolve``, whose ``eqx.error_if`` checks of the save times are host
@@ -16,9 +13,14 @@ user's own ``eqx.error_if`` in a loss keeps its meaning inside a solve.)
 
 - :func:`any_lane` (equinox): whether a predicate holds in any lane of an enclosing ``vmap``, as one
   unbatched bool (``equinox.internal.unvmap_any``), so that a ``lax.cond`` on it branches once for
-  all lanes (:func:`gradflow._engine.rosenbrock.krylov_solve`'s GMRES fallback). On an untested
-  equinox it returns the predicate itself: same results, but under ``vmap`` the cond becomes a
-  select that computes the fallback for every lane.
+  all lanes (:func:`gradflow._engine.rosenbrock.krylov_solve`'s GMRES fallback, the solve loop's
+  ``t0 = t1`` fill). On an untested equinox it returns the predicate itself: same results, but
+  under ``vmap`` the cond becomes a select that computes the branch for every lane.
+- :func:`buffered_while_loop` (equinox): a while loop whose save buffers are written in place under
+  ``vmap`` (``equinox.internal.while_loop(kind="lax", buffers=...)``, what diffrax's forward mode
+  runs), for :mod:`gradflow._engine.loop`. On an untested equinox it returns ``None`` and the loop
+  runs a plain ``lax.while_loop``: same results, but under ``vmap`` every step copies the whole
+  save buffer of every lane.
 - :func:`trace_context` and :func:`serialize_executable` (JAX): what the serialised solves of
   :mod:`gradflow._engine._export` need beyond JAX's public API (``jax._src.config.trace_context``
   for their key, ``jax.experimental.serialize_executable`` to store an executable). On a jax or
@@ -39,11 +41,12 @@ import equinox as eqx
 import jax
 import jaxlib
 
-__all__ = ["TESTED_EQUINOX", "any_lane", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
+__all__ = ["TESTED_EQUINOX", "any_lane", "buffered_while_loop", "TESTED_JAX", "EXPORT_ACTIVE", "trace_context",
            "serialize_executable", "fast_compile_options"]
 
 TESTED_EQUINOX = ("0.13.8",)
-"""equinox versions on which :func:`any_lane` uses ``equinox.internal.unvmap_any``."""
+"""equinox versions on which :func:`any_lane` and :func:`buffered_while_loop` use equinox's internals
+(``tests/test_loop.py`` checks the loop they serve against ``diffrax.diffeqsolve``)."""
 
 
 try:
@@ -59,6 +62,21 @@ def any_lane(pred):
     if _unvmap_any is None or eqx.__version__ not in TESTED_EQUINOX:
         return pred
     return _unvmap_any(pred)
+
+
+try:
+    from equinox.internal import while_loop as _eqx_while_loop
+except ImportError:  # pragma: no cover - a future equinox without it
+    _eqx_while_loop = None
+
+
+def buffered_while_loop(cond, body, init, max_steps: int, buffers):
+    """``equinox.internal.while_loop(cond, body, init, max_steps=max_steps, buffers=buffers,
+    kind="lax")`` on a tested equinox (:data:`TESTED_EQUINOX`), else ``None`` (the caller runs a
+    plain loop; see the module docstring)."""
+    if _eqx_while_loop is None or eqx.__version__ not in TESTED_EQUINOX:
+        return None
+    return _eqx_while_loop(cond, body, init, max_steps=max_steps, buffers=buffers, kind="lax")
 
 
 TESTED_JAX = ("0.10.2",)

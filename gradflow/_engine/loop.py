@@ -2,11 +2,12 @@
 of our own instead of :func:`diffrax.diffeqsolve`.
 
 Why: a round program of a user's small model is compile-bound (a new 75-parameter model's first
-call is ~90 % tracing and compiling), and ``diffeqsolve`` compiles more than the steps need:
+call is 84 % tracing and compiling, ``benchmarks/FIRST_CALL.md``), and ``diffeqsolve`` compiles more than the steps need:
 
 - it writes ``t1 − 100 ulp`` (the point past which a step is clipped to ``t1``) as 100 unrolled
-  ``prevbefore`` calls, one 1,700-instruction kernel that XLA compiles in ~0.1 s per program;
-  here it is a ``fori_loop`` of the same 100 calls (the same value);
+  ``prevbefore`` calls, one 1,700-instruction kernel in every program (about 0.1 s of XLA compile
+  alone, a development measurement); here it is a ``fori_loop`` of the same 100 steps (the same
+  value);
 - it traces its step body three times (twice under ``eval_shape`` to find which of its fields
   are static), here once;
 - its general machinery (backward time, jumps, dense output, root-found events, step saves,
@@ -14,8 +15,9 @@ call is ~90 % tracing and compiling), and ``diffeqsolve`` compiles more than the
   host callbacks (``eqx.error_if``), which keep JAX from writing a program to its persistent
   compilation cache.
 
-The loops are equinox's ``while_loop(kind="lax")`` with the save points as in-place buffers, as
-in diffrax's forward mode (:func:`_while`).
+A solve that may run under ``vmap`` writes its save points in place (equinox's
+``while_loop(kind="lax")`` with buffers, as diffrax's forward mode); a single lane's keeps them in
+a plain ``lax.while_loop`` carry, which compiles faster (:func:`_while`).
 
 What it does is what ``diffeqsolve`` does for the engine's solves (diffrax 0.7.2:
 ``diffrax._integrate.loop`` and ``diffeqsolve``), step by step and bit for bit
@@ -50,10 +52,11 @@ from typing import Any, NamedTuple
 
 import diffrax
 import equinox as eqx
-import equinox.internal as eqxi
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from . import _pinned
 
 __all__ = ["Solved", "CLIP_ULPS", "INITIAL_STEP", "solve", "by_diffeqsolve"]
 
@@ -79,7 +82,7 @@ class Solved(NamedTuple):
     (leaves ``(T, ...)``, ``inf`` where not reached); ``t_end``, ``y_end``: where the solve
     stopped (``t1``, the step where the event held, or where it failed); ``result``: a
     :data:`diffrax.RESULTS` item (``successful``, ``event_occurred``, ``max_steps_reached``, a
-    controller's or solver's failure; an int32 code); ``num_steps``: steps taken, accepted and
+    controller's or solver's failure; compare it with those items); ``num_steps``: steps taken, accepted and
     rejected (an integer scalar). Times and states in the time dtype (:func:`solve`)."""
 
     ts: jax.Array
@@ -107,8 +110,9 @@ class _Carry(eqx.Module):
 
 
 def _prevbefore(x):
-    """The float before ``x`` (equinox's ``prevbefore``, the function diffrax steps down with)."""
-    return eqxi.prevbefore(x)
+    """The float before ``x``, and ``−tiny`` for ``0`` (equinox's ``prevbefore``, the function
+    diffrax steps down with, written out)."""
+    return jnp.where(x == 0, -jnp.finfo(x.dtype).tiny, jnp.nextafter(x, -jnp.inf))
 
 
 def _clip_floor(t1):
@@ -129,14 +133,19 @@ def _while(cond, body, init, max_steps: int, buffers, in_place: bool):
     that compiles faster (a single run's first call about 0.3 s shorter, development
     measurement)."""
     if in_place:
-        return eqxi.while_loop(cond, body, init, max_steps=max_steps, buffers=buffers, kind="lax")
-    _, out = lax.while_loop(lambda kc: (kc[0] < max_steps) & cond(kc[1]), lambda kc: (kc[0] + 1, body(kc[1])),
-                            (jnp.asarray(0), init))
-    return out
+        out = _pinned.buffered_while_loop(cond, body, init, max_steps, buffers)
+        if out is not None:
+            return out
 
+    def going(counted):
+        k, carry = counted
+        return (k < max_steps) & cond(carry)
 
-def _okay(result):
-    return diffrax.is_okay(result)
+    def step(counted):
+        k, carry = counted
+        return k + 1, body(carry)
+
+    return lax.while_loop(going, step, (jnp.asarray(0), init))[1]
 
 
 def _successful(result):
@@ -213,8 +222,8 @@ def solve(term, solver, controller, t0, t1, y0, args, ts, *, max_steps: int, eve
         y = jax.tree.map(keep_, y, c.y)
         solver_state = jax.tree.map(keep_, solver_state, c.solver_state)
         solver_result = diffrax.RESULTS.where(keep, solver_result, diffrax.RESULTS.successful)
-        result = diffrax.RESULTS.where(_okay(c.result), solver_result, c.result)
-        result = diffrax.RESULTS.where(_okay(result), controller_result, result)
+        result = diffrax.RESULTS.where(diffrax.is_okay(c.result), solver_result, c.result)
+        result = diffrax.RESULTS.where(diffrax.is_okay(result), controller_result, result)
 
         # the save points inside the step just taken, by the solver's dense interpolation
         interpolator = solver.interpolation_cls(t0=c.tprev, t1=c.tnext, **dense_info)
@@ -246,7 +255,7 @@ def solve(term, solver, controller, t0, t1, y0, args, ts, *, max_steps: int, eve
         return (jnp.where(same, jnp.broadcast_to(t0, (T,)), save_ts),
                 jax.tree.map(lambda s, e: jnp.where(same, jnp.broadcast_to(e, s.shape), s), save_ys, y_end))
 
-    save_ts, save_ys = lax.cond(eqxi.unvmap_any(same), fill, lambda saved: saved, (final.save_ts, final.save_ys))
+    save_ts, save_ys = lax.cond(_pinned.any_lane(same), fill, lambda saved: saved, (final.save_ts, final.save_ys))
     result = diffrax.RESULTS.where(going(final), diffrax.RESULTS.max_steps_reached, final.result)
     return Solved(ts=save_ts, ys=save_ys, t_end=t_end, y_end=y_end, result=result, num_steps=final.num_steps)
 
