@@ -421,7 +421,7 @@ ENGINE_MUTATIONS = (
              "save points interpolated inside rejected steps",
              "tests/test_loop.py::test_every_solver_takes_diffeqsolves_steps_bit_for_bit"),
     Mutation("loop_in_place_flipped", "gradflow/_engine/batch.py",
-             "batched=unrolled, vmapped=not one)", "batched=unrolled, vmapped=one)",
+             "    vmapped = not _one_lane((y0, tau0))", "    vmapped = _one_lane((y0, tau0))",
              "a vmapped solve carries its save buffers (a copy per step), a single lane writes them in place",
              "tests/test_loop.py::test_the_engine_writes_in_place_exactly_when_it_vmaps"),
     Mutation("loop_clip_floor_short", "gradflow/_engine/loop.py",

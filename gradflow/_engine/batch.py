@@ -105,12 +105,18 @@ def _per_lane(fn, args_batched, n_lane_args):
     vmapped = eqx.filter_vmap(fn, in_axes=(0 if args_batched else None,) + (0,) * n_lane_args)
 
     def call(args, *lane_args):
-        if {x.shape[0] for x in jax.tree.leaves(lane_args)} != {1}:
+        if not _one_lane(lane_args):
             return vmapped(args, *lane_args)
         out = fn(_take(args, 0) if args_batched else args, *_take(lane_args, 0))
         return jax.tree.map(lambda x: jnp.asarray(x)[None], out)
 
     return call
+
+
+def _one_lane(lane_args) -> bool:
+    """Whether the lane arguments (pytrees with a leading lane axis) hold a single lane, which
+    :func:`_per_lane` computes without ``vmap``."""
+    return {x.shape[0] for x in jax.tree.leaves(lane_args)} == {1}
 
 
 def _throughput_bound(y) -> bool:
@@ -138,10 +144,10 @@ def _compile_bound(y, n_dev: int) -> bool:
 def _solve_jit(flow, fargs, y0, tau0, settings: Settings, rnd: Round):
     """Solve the lanes ``(y0, tau0)`` (leading lane axis) for one round ``rnd``."""
     unrolled = _throughput_bound(y0)
-    one = jax.tree.leaves(y0)[0].shape[0] == 1  # not vmapped (:func:`_per_lane`)
+    vmapped = not _one_lane((y0, tau0))  # as :func:`_per_lane` decides
     fn = lambda a, y, t0: _solve.solve_lane(flow, a, y, t0, taus=settings.taus, rtol=settings.rtol, atol=settings.atol,
                                             solver=rnd.solver, max_steps=rnd.cap, budget=rnd.steps,
-                                            batched=unrolled, vmapped=not one)
+                                            batched=unrolled, vmapped=vmapped)
     return _per_lane(fn, settings.args_batched, 2)(fargs, y0, tau0)
 
 

@@ -2,7 +2,8 @@
 of our own instead of :func:`diffrax.diffeqsolve`.
 
 Why: a round program of a user's small model is compile-bound (a new 75-parameter model's first
-call is 84 % tracing and compiling, ``benchmarks/FIRST_CALL.md``), and ``diffeqsolve`` compiles more than the steps need:
+call is 84 % tracing and compiling, ``benchmarks/FIRST_CALL.md``), and ``diffeqsolve`` compiles
+more than the steps need:
 
 - it writes ``t1 − 100 ulp`` (the point past which a step is clipped to ``t1``) as 100 unrolled
   ``prevbefore`` calls, one 1,700-instruction kernel in every program (about 0.1 s of XLA compile
@@ -23,9 +24,8 @@ What it does is what ``diffeqsolve`` does for the engine's solves (diffrax 0.7.2
 ``diffrax._integrate.loop`` and ``diffeqsolve``), step by step and bit for bit
 (``tests/test_loop.py`` compares the two on every solver of the engine's table with and without
 a boolean event, under ``vmap``, at a step budget, at ``max_steps`` and after a stall; a change of
-diffrax's rules fails it): ``dt0=None`` (the
-controller's initial step), save points ``ts`` by the solver's dense interpolation plus the end
-point, an optional boolean event (the solve ends at the first accepted step where it holds, no
+diffrax's rules fails it): ``dt0=None`` (the controller's initial step), save points ``ts`` by the
+solver's dense interpolation plus the end point, an optional boolean event (the solve ends at the first accepted step where it holds, no
 root find), ``max_steps``, ``throw=False`` and forward-mode loops (diffrax's
 ``adjoint=ForwardMode()``: Runge–Kutta stages in ``lax.scan``). The solver and controller
 interfaces are diffrax's public ones (``init``, ``step``, ``func``, ``error_order``,
@@ -40,9 +40,8 @@ Limits: forward time only, not checked (``t0 ≤ t1``; with ``t0 > t1`` no step 
 result is ``successful``; with ``t0 = t1`` every save point holds ``y0`` and the event is tested
 at ``t0``, where ``diffeqsolve``, integrating "backwards", passes it ``−t0``; the engine never
 solves from or past ``τ1``); save times increasing inside ``[t0, t1]``, not checked (the engine
-clips them into it); no jumps (a controller whose
-``made_jump`` is not ``False``, as with diffrax's ``step_ts``/``jump_ts`` clipping: a
-``ValueError`` while tracing). Under ``vmap`` with several lanes an implicit solver's batched
+clips them into it); no jumps (a controller whose ``made_jump`` is not ``False``, as with
+diffrax's ``step_ts``/``jump_ts`` clipping: a ``ValueError`` while tracing). Under ``vmap`` with several lanes an implicit solver's batched
 linear algebra is compiled in another context than inside ``diffeqsolve`` and can differ in its
 last bits, as ``diffeqsolve``'s own lanes differ between batch sizes (``tests/test_loop.py``)."""
 
@@ -82,8 +81,8 @@ class Solved(NamedTuple):
     (leaves ``(T, ...)``, ``inf`` where not reached); ``t_end``, ``y_end``: where the solve
     stopped (``t1``, the step where the event held, or where it failed); ``result``: a
     :data:`diffrax.RESULTS` item (``successful``, ``event_occurred``, ``max_steps_reached``, a
-    controller's or solver's failure; compare it with those items); ``num_steps``: steps taken, accepted and
-    rejected (an integer scalar). Times and states in the time dtype (:func:`solve`)."""
+    controller's or solver's failure; compare it with those items); ``num_steps``: steps taken,
+    accepted and rejected (an integer scalar). Times and states in the time dtype (:func:`solve`)."""
 
     ts: jax.Array
     ys: Any
