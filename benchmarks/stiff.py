@@ -376,10 +376,14 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
     return row
 
 
-def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workdir=None, **kw) -> list[dict]:
+def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workdir=None, ref_max=32,
+                **kw) -> list[dict]:
     """:func:`scale_run` for every ``d`` in ``ds`` and solver (the dense one up to ``d = dense_max``),
     each in a fresh ``nice -n 5`` process; ``error``: max |Δ(V, a)| over the save points against the
-    dense run of the same ``d`` (``None`` where it did not run)."""
+    dense run of the same ``d`` (``None`` where it did not run); ``error_ref``: the same against SciPy
+    Radau at rtol 1e-12 (:func:`square_reference`, an independent reference, computed up to
+    ``d = ref_max``; ``None`` above), so that the Krylov path's distance from the dense one can be
+    read against each path's own error."""
     import json
     import subprocess
     import sys
@@ -403,8 +407,16 @@ def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workd
             rows.append(row)
             print(f"benchmarks: scale {row}", flush=True)
         dense = os.path.join(workdir, f"d{d}_{solvers[0]}.npz")
+        ref_va = None
+        if d <= ref_max:
+            W0, a0, X, y = conditioning_init(kw.get("kappa", 5.0), 123, d)  # scale_run's draw and save points
+            ts = np.concatenate([[0.0], np.geomspace(1.0, kw.get("t1", 1e6), 13)])
+            ref_va = square_reference(W0, a0, X, y, ts)
         for row in rows:
             if row["d"] == d:
+                if ref_va is not None:
+                    z1 = np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
+                    row["error_ref"] = _error(z1["V"], z1["a"], *ref_va)
                 if os.path.exists(dense):
                     z0, z1 = np.load(dense), np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
                     row["error"] = _error(z1["V"], z1["a"], z0["V"], z0["a"])
@@ -428,15 +440,18 @@ def scale_report(rows, head="") -> str:
          "implicit phase forced: `rodas4-eigh` (the dense default: one jacfwd + eigh per round of 64 steps) or "
          "`rodas4-krylov` (CG on Jacobian–vector products). Each row a fresh process under `nice -n 5`: first call "
          "(compiles), warm (median of 2; one run from d = 64 on), peak RSS above the RSS after import (compilation included). Error: "
-         "max |Δ(V, a)| over the 14 save points against the dense run of the same d. CG: iterations per stage solve "
-         "(mean / most) of rodas4-krylov run alone from t = 0 (diffrax, no rest stop; accepted steps).", "",
-         "| d | states | solver | status | steps | warm (s) | first call (s) | peak RSS (MiB) | error vs dense | "
-         "CG mean / max (fallbacks) | load |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+         "max |Δ(V, a)| over the 14 save points against the dense run of the same d, and (where SciPy can "
+         "afford it, up to d = 32) against SciPy Radau at rtol 1e-12, atol 1e-14, an independent reference: the "
+         "distance between the two paths is to be read against each one's own error at rtol 1e-8. CG: iterations "
+         "per stage solve (mean / most) of rodas4-krylov run alone from t = 0 (diffrax, no rest stop; accepted steps).",
+         "", "| d | states | solver | status | steps | warm (s) | first call (s) | peak RSS (MiB) | error vs dense | "
+         "error vs Radau | CG mean / max (fallbacks) | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    e = lambda x: "–" if x is None else f"{x:.1e}"
     for r in rows:
-        err = "–" if r.get("error") is None else f"{r['error']:.1e}"
         cg = f"{r['cg_mean']:.1f} / {r['cg_max']} ({r['cg_fallbacks']})" if "cg_mean" in r else "–"
         L.append(f"| {r['d']} | {r['n']} | {r['solver']} | {r['status']} | {r['steps']} | {r['warm_s']:.3f} | "
-                 f"{r['cold_s']:.1f} | {r['rss_mib']:.0f} | {err} | {cg} | {r['load']:.1f} |")
+                 f"{r['cold_s']:.1f} | {r['rss_mib']:.0f} | {e(r.get('error'))} | {e(r.get('error_ref'))} | {cg} | "
+                 f"{r['load']:.1f} |")
     L += ["", "Cost exponent (least-squares slope of log warm time against log states):"]
     for solver in sorted({r["solver"] for r in rows}):
         e = cost_exponent(rows, solver)
