@@ -15,7 +15,10 @@ baseline measured in the same run (the machine is shared: absolute times are noi
   cost analysis.
 * ``per_call``: one ``simulate`` to ``1e12`` vs a bare jitted ``diffeqsolve`` of the same field
   (the floor under it) vs SciPy LSODA, at rtol 1e-8, 1e-10, 1e-11 (atol = rtol/100), calls
-  interleaved; errors against SciPy DOP853 at rtol 1e-13.
+  interleaved; errors against SciPy DOP853 at rtol 1e-13. Also ``simulate(..., solver="dopri8")``
+  (one solve of up to ``max_steps``, no stiffness detection), interleaved with them: the part of
+  the overhead that ``auto``'s rounds cost (a run of more steps than its first round of 64 runs the
+  stiffness detector and a second round).
 * ``scale``: n = d = 1024 tokens to ``1e12`` (41 save points): time and peak memory, and the peak
   memory of 4096 seeds of the batch problem — each in a fresh process (peak resident set size,
   ``VmHWM``, :func:`benchmarks._timing.peak_rss_mib`; the process's baseline after ``import gradflow`` is subtracted).
@@ -164,7 +167,11 @@ def bench_per_call(q, R) -> list:
             traj = gradflow.simulate(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=atol)
             return np.asarray(traj.a), int(traj.num_steps)
 
-        times = interleaved_times({"simulate": sim, "bare": lambda rtol=rtol, atol=atol: bare(rtol, atol),
+        def fixed(rtol=rtol, atol=atol):
+            traj = gradflow.simulate(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=atol, solver="dopri8")
+            return np.asarray(traj.a), int(traj.num_steps)
+
+        times = interleaved_times({"simulate": sim, "fixed": fixed, "bare": lambda rtol=rtol, atol=atol: bare(rtol, atol),
                                    "lsoda": lambda rtol=rtol, atol=atol: scipy_flow(V0, a0, bs, ts, "LSODA", rtol, atol)}, R(30))
         res = {name: (float(np.median(t)), out) for name, (t, out) in times.items()}
         best = {name: float(np.min(t)) for name, (t, _) in times.items()}  # a loaded machine inflates medians most
@@ -182,6 +189,7 @@ def bench_per_call(q, R) -> list:
                          equal_lsoda_s=equal[0], equal_lsoda_error=equal[2], ratio_lsoda=equal[0] / t_sim,
                          ratio_lsoda_bare=equal[0] / t_bare, repeats=R(30), simulate_min_s=best["simulate"],
                          bare_min_s=best["bare"], overhead_min_ms=(best["simulate"] - best["bare"]) * 1e3,
+                         fixed_s=res["fixed"][0], fixed_steps=res["fixed"][1][1], fixed_min_s=best["fixed"],
                          host_us=host_overhead_us(loss, V0, a0, ts, rtol, atol, R(300))))
     return rows
 
@@ -333,6 +341,21 @@ def report(res: dict, quick: bool) -> str:
         "besides its compiled rounds (each round replaced by its recorded result; the stiffness detector between "
         "rounds included), best of 300: " + ", ".join(
         f"{r['host_us']:.0f} µs" for r in pc if "host_us" in r) + "."]
+    split = [r for r in pc if "fixed_s" in r]
+    if split:
+        from gradflow.internal import engine_stiff
+
+        FIRST_ROUND = engine_stiff.EXPLICIT_ROUND  # auto's explicit rounds
+        L += ["", "Where the overhead goes: the same call with `solver=\"dopri8\"` (one solve, no stiffness detection), "
+              "interleaved with the others, best of the repeats against `simulate`'s best (medians in parentheses): "
+              + "; ".join(
+                  f"rtol {r['rtol']:g}: {r['fixed_min_s'] * 1e3:.2f} ms against {r['simulate_min_s'] * 1e3:.2f} ms "
+                  f"({r['fixed_s'] * 1e3:.2f} against {r['simulate_s'] * 1e3:.2f} ms), {r['steps']} steps"
+                  + (f", more than auto's first round of {FIRST_ROUND}: the detector and a second round cost "
+                     f"{(r['simulate_min_s'] - r['fixed_min_s']) * 1e3:.2f} ms" if r["steps"] > FIRST_ROUND
+                     else ", one round") for r in split)
+              + ". What remains above the bare `diffeqsolve` is what `simulate` computes besides the steps (the rest "
+              "test, the Γ quadrature, the metrics at the save points, the `Trajectory`) and its host work above."]
     L += ["", "Targets: overhead ≤ 0.3 ms: " + ", ".join(f"{r['rtol']:g}: {ok(r['overhead_ms'] <= 0.3)}" for r in pc)
           + "; ≥ 10× LSODA at equal accuracy: " + ", ".join(f"{r['rtol']:g}: {ok(r['ratio_lsoda'] >= 10)}" for r in pc) + ".", "",
           "## Scale", "",

@@ -377,13 +377,13 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
 
 
 def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workdir=None, ref_max=32,
-                **kw) -> list[dict]:
+                ref_dir=None, **kw) -> list[dict]:
     """:func:`scale_run` for every ``d`` in ``ds`` and solver (the dense one up to ``d = dense_max``),
     each in a fresh ``nice -n 5`` process; ``error``: max |Δ(V, a)| over the save points against the
     dense run of the same ``d`` (``None`` where it did not run); ``error_ref``: the same against SciPy
     Radau at rtol 1e-12 (:func:`square_reference`, an independent reference, computed up to
-    ``d = ref_max``; ``None`` above), so that the Krylov path's distance from the dense one can be
-    read against each path's own error."""
+    ``d = ref_max``; ``None`` above; cached in ``ref_dir`` if given), so that the Krylov path's
+    distance from the dense one can be read against each path's own error."""
     import json
     import subprocess
     import sys
@@ -411,7 +411,9 @@ def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workd
         if d <= ref_max:
             W0, a0, X, y = conditioning_init(kw.get("kappa", 5.0), 123, d)  # scale_run's draw and save points
             ts = np.concatenate([[0.0], np.geomspace(1.0, kw.get("t1", 1e6), 13)])
-            ref_va = square_reference(W0, a0, X, y, ts)
+            cache = None if ref_dir is None else os.path.join(
+                ref_dir, f"ref_d{d}_k{kw.get('kappa', 5.0):g}_t{kw.get('t1', 1e6):g}.npz")  # bench_square's names
+            ref_va = square_reference(W0, a0, X, y, ts, cache)
         for row in rows:
             if row["d"] == d:
                 if ref_va is not None:
@@ -441,7 +443,7 @@ def scale_report(rows, head="") -> str:
          "`rodas4-krylov` (CG on Jacobian–vector products). Each row a fresh process under `nice -n 5`: first call "
          "(compiles), warm (median of 2; one run from d = 64 on), peak RSS above the RSS after import (compilation included). Error: "
          "max |Δ(V, a)| over the 14 save points against the dense run of the same d, and (where SciPy can "
-         "afford it, up to d = 32) against SciPy Radau at rtol 1e-12, atol 1e-14, an independent reference: the "
+         "afford it) against SciPy Radau at rtol 1e-12, atol 1e-14, an independent reference: the "
          "distance between the two paths is to be read against each one's own error at rtol 1e-8. CG: iterations "
          "per stage solve (mean / most) of rodas4-krylov run alone from t = 0 (diffrax, no rest stop; accepted steps).",
          "", "| d | states | solver | status | steps | warm (s) | first call (s) | peak RSS (MiB) | error vs dense | "
@@ -483,13 +485,17 @@ def main(argv=None) -> int:
                    help="comma-separated sizes d: only the scale table (dense vs rodas4-krylov), written to "
                         "benchmarks/SCALE.md (+ .json) unless --out")
     p.add_argument("--dense-max", type=int, default=64, help="--scale: largest d the dense path runs at")
+    p.add_argument("--ref-max", type=int, default=32,
+                   help="--scale: largest d with an error against SciPy Radau at rtol 1e-12 (d = 64: about 10 minutes)")
     args = p.parse_args(argv)
     if args.scale:
         start = time.perf_counter()
-        rows = bench_scale([int(x) for x in args.scale.split(",")], args.dense_max)
+        rows = bench_scale([int(x) for x in args.scale.split(",")], args.dense_max, ref_max=args.ref_max,
+                           ref_dir=args.ref_dir)
         out = args.out or os.path.join(os.path.dirname(__file__), "SCALE.md")
         load = os.getloadavg()[0]
-        head = (f"# `python -m benchmarks.stiff --scale {args.scale}` ({datetime.date.today()}, {platform.machine()}, "
+        ref = f" --ref-max {args.ref_max}" if args.ref_max != 32 else ""
+        head = (f"# `python -m benchmarks.stiff --scale {args.scale}{ref}` ({datetime.date.today()}, {platform.machine()}, "
                 f"{os.cpu_count()} cores shared, load average {load:.1f} at the end; "
                 f"{time.perf_counter() - start:.0f} s)\n")
         text = scale_report(rows, head)
