@@ -129,6 +129,8 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
         W0, a0, X, y = conditioning_init(kappa, 123, d)
         loss = gradflow.SquareLoss(y, design=X, scale=1.0)
         start = time.perf_counter()
+        if ref_dir is not None:
+            os.makedirs(ref_dir, exist_ok=True)
         cache = None if ref_dir is None else os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")
         Vr, ar = square_reference(W0, a0, X, y, ts, cache)
         print(f"benchmarks: stiff κ={kappa:g}: reference in {time.perf_counter() - start:.0f} s", flush=True)
@@ -369,8 +371,8 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
     row = dict(d=d, n=int(W0.size + a0.size + 1), solver=solver, kappa=kappa, status=traj.status,
                steps=int(traj.num_steps), cold_s=cold, warm_s=float(np.median(warm)),
                rss_mib=peak_rss_mib() - rss0, load=os.getloadavg()[0])
-    if save:
-        np.savez(save, V=np.asarray(traj.V), a=np.asarray(traj.a))
+    if save:  # with the draw's settings, from which bench_scale builds its reference
+        np.savez(save, V=np.asarray(traj.V), a=np.asarray(traj.a), ts=ts, kappa=kappa, t1=t1)
     if solver == "rodas4-krylov":
         row.update(krylov_counts(loss, W0, a0, t1, rtol, atol))
     return row
@@ -409,13 +411,17 @@ def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workd
         dense = os.path.join(workdir, f"d{d}_{solvers[0]}.npz")
         ref_va = None
         if d <= ref_max:
-            W0, a0, X, y = conditioning_init(kw.get("kappa", 5.0), 123, d)  # scale_run's draw and save points
-            ts = np.concatenate([[0.0], np.geomspace(1.0, kw.get("t1", 1e6), 13)])
-            cache = None if ref_dir is None else os.path.join(
-                ref_dir, f"ref_d{d}_k{kw.get('kappa', 5.0):g}_t{kw.get('t1', 1e6):g}.npz")  # bench_square's names
-            ref_va = square_reference(W0, a0, X, y, ts, cache)
+            z = np.load(os.path.join(workdir, f"d{d}_{solvers[-1]}.npz"))  # the draw scale_run solved
+            kappa, t1 = float(z["kappa"]), float(z["t1"])
+            W0, a0, X, y = conditioning_init(kappa, 123, d)
+            cache = None
+            if ref_dir is not None:
+                os.makedirs(ref_dir, exist_ok=True)
+                cache = os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")  # bench_square's names
+            ref_va = square_reference(W0, a0, X, y, z["ts"], cache)
         for row in rows:
             if row["d"] == d:
+                row["error_ref"] = None
                 if ref_va is not None:
                     z1 = np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
                     row["error_ref"] = _error(z1["V"], z1["a"], *ref_va)
@@ -448,11 +454,11 @@ def scale_report(rows, head="") -> str:
          "per stage solve (mean / most) of rodas4-krylov run alone from t = 0 (diffrax, no rest stop; accepted steps).",
          "", "| d | states | solver | status | steps | warm (s) | first call (s) | peak RSS (MiB) | error vs dense | "
          "error vs Radau | CG mean / max (fallbacks) | load |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    e = lambda x: "–" if x is None else f"{x:.1e}"
+    fmt = lambda x: "–" if x is None else f"{x:.1e}"
     for r in rows:
         cg = f"{r['cg_mean']:.1f} / {r['cg_max']} ({r['cg_fallbacks']})" if "cg_mean" in r else "–"
         L.append(f"| {r['d']} | {r['n']} | {r['solver']} | {r['status']} | {r['steps']} | {r['warm_s']:.3f} | "
-                 f"{r['cold_s']:.1f} | {r['rss_mib']:.0f} | {e(r.get('error'))} | {e(r.get('error_ref'))} | {cg} | "
+                 f"{r['cold_s']:.1f} | {r['rss_mib']:.0f} | {fmt(r.get('error'))} | {fmt(r.get('error_ref'))} | {cg} | "
                  f"{r['load']:.1f} |")
     L += ["", "Cost exponent (least-squares slope of log warm time against log states):"]
     for solver in sorted({r["solver"] for r in rows}):
@@ -494,7 +500,8 @@ def main(argv=None) -> int:
                            ref_dir=args.ref_dir)
         out = args.out or os.path.join(os.path.dirname(__file__), "SCALE.md")
         load = os.getloadavg()[0]
-        ref = f" --ref-max {args.ref_max}" if args.ref_max != 32 else ""
+        ref = (f" --ref-max {args.ref_max}" if args.ref_max != 32 else "") + (
+            f" --ref-dir {args.ref_dir}" if args.ref_dir else "")  # cached references: not computed in the time
         head = (f"# `python -m benchmarks.stiff --scale {args.scale}{ref}` ({datetime.date.today()}, {platform.machine()}, "
                 f"{os.cpu_count()} cores shared, load average {load:.1f} at the end; "
                 f"{time.perf_counter() - start:.0f} s)\n")

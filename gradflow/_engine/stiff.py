@@ -79,14 +79,15 @@ flows of at least :data:`KRYLOV_MIN_STATE` parameters."""
 
 KRYLOV_MIN_STATE = 2000
 """``auto`` runs :data:`KRYLOV` instead of :data:`IMPLICIT` for gradient flows of at least this
-many parameters per lane. Measured (square family, t1 = 1e6, rtol 1e-8, warm, loaded 2-core
-machine, both in the same process): :data:`KRYLOV` already wins from ``d = 20`` (420 parameters:
-0.03 / 0.26 / 0.33 s against 0.07 / 0.71 / 0.79 s at κ = 1 / 20 / 50, ``benchmarks/SCALE.md``),
-and by ``d = 32`` (1,057: 0.45 against 2.9 s) and ``d = 64`` (4,161: 0.27 against 191 s) by far;
-at ``d = 12`` (156) only within the noise. The threshold stays at 2000 for now so that the paper's
+many parameters per lane. Measured (square family, t1 = 1e6, rtol 1e-8, warm, 2 cores, 2026-12-05):
+:data:`KRYLOV` already wins from ``d = 20`` (421 states: 0.006 / 0.031 / 0.067 s against 0.017 /
+0.145 / 0.258 s for ``rodas4-eigh`` at κ = 1 / 20 / 50, ``benchmarks/RESULTS.md``, "Stiff
+flows"), and by far at ``d = 32`` (1,057: 0.013 against 0.33 s) and ``d = 64`` (4,161: 0.038
+against 23.0 s; κ = 5, ``benchmarks/SCALE.md``); at ``d = 12`` (156) only within the noise (a
+development measurement). The threshold stays at 2000 for now so that the paper's
 conditioning draws (``d = 20``) keep the implicit path their committed figures were computed with;
 flows of the size where a dense eigendecomposition costs seconds (``d ≳ 44``) get the Krylov path.
-(Lowering it is safe by these measurements: on the ``d = 20`` and ``d = 32`` draws the Krylov
+(Lowering it is safe by these measurements: on the ``d = 20``, ``32`` and ``64`` draws the Krylov
 path is as close or closer to SciPy Radau than the dense ones.)"""
 
 IMPLICIT_FALLBACK = "rodas4"
