@@ -247,9 +247,12 @@ def plot(data: dict, cfg: dict):
             ax.legend(fontsize=style.NOTE, loc="upper left")
         ax_b.axvline(float(data["flow_t_end"][i]), color="0.3", linestyle=":", linewidth=0.8)
         ax_b.set_xlabel("flow time $t$ (GD: $t = \\eta k$)")
-        ax_b.set_title(f"flow (lines) to $t$ = {float(data['flow_t_end'][i]):.3g} "
-                       f"({data['flow_status'][i]}, {int(data['flow_steps'][i])} steps);\n"
-                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o) to the same $t$", fontsize=style.NOTE)
+        t_end, t_last = float(data["flow_t_end"][i]), float(np.max(tf))
+        # a run ended by max_steps stops between save points: its line ends at the last one saved
+        reach = (f"flow (lines) to $t$ = {t_end:.3g} (dotted)" if t_last >= t_end * (1 - 1e-9) else
+                 f"flow (lines) saved to $t$ = {t_last:.3g}, ran to {t_end:.3g} (dotted)")
+        ax_b.set_title(f"{reach}\n{data['flow_status'][i]}, {int(data['flow_steps'][i])} steps; "
+                       f"GD $\\eta$ = {cfg['lr_gd']:g} (o), same $t$", fontsize=style.NOTE)
         h_flow, l_flow = _acc_loss(ax_a, [(tf, af, lf, style.FLOW, "flow"), (tg, ag, lg, style.GD, "GD")],
                                    "flow time $t$ (GD: $t = \\eta k$)", "flow and GD:\naccuracy, training loss")
         ax_adam.set_xlabel("Adam step $k$ (not flow time)")
