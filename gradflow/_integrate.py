@@ -335,7 +335,7 @@ def _solution(out, ts, meta, batch_shape=()) -> Solution:
     return Solution(t=t, params=out.params, loss=obs["loss"], grad_norm=obs["grad_norm"], observed=obs["observed"],
                     quadratures=out.quadratures, valid=out.valid, num_steps=out.num_steps,
                     status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
-                    meta=tuple(sorted(meta.items())))
+                    params_end=out.params_end, meta=tuple(sorted(meta.items())))
 
 
 def _atol(rtol, atol):
@@ -396,7 +396,8 @@ def integrate(
       few sweeps preconditioned by one eigendecomposition of the Hessian per round for gradient
       flows of at least 128 parameters, Rodas4 with an LU factorisation per step otherwise; see
       :data:`gradflow.SOLVERS` and the docs' solver guide).
-    - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``.
+    - ``max_steps``: solver step budget (default 16384); reaching it gives status ``max_steps``,
+      and ``sol.params_end`` is the state at ``sol.t_end`` to resume from.
     - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
       saved at ``ts`` into ``sol.observed[name]``.
     - ``quadratures``: ``{name: g}``, each ``g(params)`` returning a float scalar; ``∫₀ᵗ g dt``

@@ -69,7 +69,9 @@ class Trajectory(_Run):
     - ``entropy (T,)``: entropy of ``s`` in nats (from logits for softmax; mean over rows).
     - ``u (T, n)``: ``Vᵀβ*`` when the loss has a teacher, else ``None``.
     - ``valid (T,)`` bool: whether the run reached that point. Unreached points hold the
-      last reached state (never NaN/inf).
+      last saved state (never NaN/inf); a run stopped between save points got to ``t_end``,
+      past its last valid point (the state there is not kept here; :func:`gradflow.integrate`'s
+      ``Solution.params_end`` keeps it).
     - ``num_steps ()`` int: solver steps taken (accepted and rejected) or GD iterations done.
     - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
     - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
@@ -139,13 +141,19 @@ class Solution(_Run):
     - ``quadratures``: ``{name: (T,)}``, ``∫₀ᵗ g(params(t')) dt'`` of each ``quadratures``
       integrand, integrated with the flow (GD: the left Riemann sum ``Σ lr·g``).
     - ``valid (T,)`` bool: whether the run reached that point; unreached points hold the last
-      reached state (never NaN/inf).
+      saved state (never NaN/inf; the state at ``t_end`` is ``params_end``).
     - ``num_steps ()`` int: solver steps taken (accepted and rejected), or GD iterations done.
     - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
     - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
     - ``t_steady ()``: flow time at which the flow was at rest within tolerance and the solve
       stopped (later points hold that state); ``inf`` if never (``None`` for GD).
     - ``k (T,)`` int: GD iteration index (``None`` for the flow).
+    - ``params_end``: the parameter pytree of the state the flow ended in, at ``t_end`` (no time
+      axis). A run that ``max_steps`` (or a failure) stopped between save points ends past its
+      last valid point: this is where it got, the state to resume from (``integrate(loss,
+      sol.params_end, ...)`` continues the flow from ``t_end``, the flow being autonomous). For a
+      run that reached ``t1`` or rests, the state of the last saved point. ``None`` for
+      :func:`gradflow.descend_params`.
     - ``meta``: static description (solver, tolerances, ...); ``metadata`` as a dict.
     """
 
@@ -161,6 +169,7 @@ class Solution(_Run):
     t_end: Float[Array, "*B"]
     t_steady: Float[Array, "*B"] | None = None
     k: Int[Array, "*B T"] | None = None
+    params_end: Any = None
     meta: tuple = eqx.field(static=True, default=())
 
 

@@ -61,6 +61,7 @@ DEFAULT_FILES = (
     "tests/test_erk.py",
     "tests/test_performance.py",
     "tests/test_loop.py",
+    "tests/test_params_end.py",
 )
 """The default test files the mutations must fail (run with the default ``-m 'not slow'``)."""
 
@@ -424,6 +425,11 @@ ENGINE_MUTATIONS = (
              "    vmapped = not _one_lane((y0, tau0))", "    vmapped = _one_lane((y0, tau0))",
              "a vmapped solve carries its save buffers (a copy per step), a single lane writes them in place",
              "tests/test_loop.py::test_the_engine_writes_in_place_exactly_when_it_vmaps"),
+    Mutation("params_end_last_saved", "gradflow/_engine/batch.py",
+             "t_steady=jnp.expm1(state.tau_steady), params_end=state.y_end[0])",
+             "t_steady=jnp.expm1(state.tau_steady), params_end=jax.tree.map(lambda x: x[:, -1], res[\"params\"]))",
+             "params_end the last saved point's state (forward-filled), not the state at t_end",
+             "tests/test_params_end.py::test_a_run_stopped_by_max_steps_hands_back_its_end_state_not_its_last_saved_one"),
     Mutation("loop_clip_floor_short", "gradflow/_engine/loop.py",
              "CLIP_ULPS = 100\n", "CLIP_ULPS = 10\n",
              "steps clipped to t1 only within 10 ulps of it",

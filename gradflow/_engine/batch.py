@@ -66,7 +66,9 @@ class Finished(eqx.Module):
     ``params``: the parameter pytree at the save points (``(B, T, ...)``), unreached points
     holding the last reached state; ``quadratures``: dict of ``(B, T)``; ``observed``: dict of
     ``flow.observe`` at the save points (``(B, T, ...)``); ``valid (B, T)``; ``status_code (B,)``
-    (a :class:`Status`); ``num_steps (B,)``; ``t_end (B,)``; ``t_steady (B,)`` (``inf``: none)."""
+    (a :class:`Status`); ``num_steps (B,)``; ``t_end (B,)``; ``t_steady (B,)`` (``inf``: none);
+    ``params_end``: the parameter pytree of the state each lane's solve ended in (``(B, ...)``, at
+    ``t_end``; between save points when a budget or a failure ended the solve)."""
 
     params: object
     quadratures: dict
@@ -76,6 +78,7 @@ class Finished(eqx.Module):
     num_steps: jax.Array
     t_end: jax.Array
     t_steady: jax.Array
+    params_end: object
 
 
 def forward_fill(valid, tree, init):
@@ -171,7 +174,7 @@ def _finish_all(flow, fargs, state, y0, settings: Settings) -> Finished:
     cut = lambda tree: jax.tree.map(lambda x: x[:, :settings.keep], tree)
     out = Finished(params=cut(res["params"]), quadratures=cut(res["quadratures"]), observed=cut(res["observed"]),
                    valid=cut(res["valid"]), status_code=res["status_code"], num_steps=state.num_steps,
-                   t_end=t_end, t_steady=jnp.expm1(state.tau_steady))
+                   t_end=t_end, t_steady=jnp.expm1(state.tau_steady), params_end=state.y_end[0])
     return out if settings.lane is None else jax.tree.map(lambda x: x[settings.lane], out)
 
 
