@@ -154,10 +154,12 @@ def _trajectory(out, ts: np.ndarray, meta: dict, batch_shape=(), expand=None) ->
     """Wrap the engine's result (already cut to ``len(ts)`` save points); ``expand`` maps the
     saved value block of a reduced solve back to ``V``."""
     (V, a), Gamma = out.params, out.quadratures["Gamma"]
+    V_end, a_end = out.params_end
     if expand is not None:
-        V = expand(V)
+        V, V_end = expand(V), expand(V_end[None])[0]
     fields = dict(t=_device_times(ts, batch_shape), V=V, a=a, Gamma=Gamma, valid=out.valid,
-                  num_steps=out.num_steps, status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady)
+                  num_steps=out.num_steps, status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
+                  V_end=V_end, a_end=a_end)
     fields.update(out.observed)
     order = {name: fields.get(name) for name in _FIELDS}
     return _new_trajectory(tuple(sorted(meta.items())), order)

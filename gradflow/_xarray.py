@@ -34,6 +34,8 @@ LONG_NAMES = {
     "status": "run status (see gradflow.STATUS)",
     "t_end": "flow time the run reached",
     "t_steady": "flow time at which the flow was at rest (inf: never)",
+    "V_end": "value matrix V at t_end, the state the flow ended in",
+    "a_end": "attention logits a at t_end, the state the flow ended in",
 }
 
 
@@ -78,6 +80,11 @@ def trajectory_to_xarray(traj):
         value = getattr(traj, name)
         if value is not None:
             data_vars[name] = (lead, np.asarray(value), {"long_name": LONG_NAMES[name]})
+    for name in ("V_end", "a_end"):  # the state at t_end: no t axis
+        value = getattr(traj, name)
+        if value is not None:
+            arr = np.asarray(value)
+            data_vars[name] = (lead + _param_dims(name[0], arr.ndim - nb), arr, {"long_name": LONG_NAMES[name]})
     t = np.asarray(traj.t)
     coords = {}
     if traj.batched:

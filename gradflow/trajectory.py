@@ -70,14 +70,18 @@ class Trajectory(_Run):
     - ``u (T, n)``: ``Vᵀβ*`` when the loss has a teacher, else ``None``.
     - ``valid (T,)`` bool: whether the run reached that point. Unreached points hold the
       last saved state (never NaN/inf); a run stopped between save points got to ``t_end``,
-      past its last valid point (the state there is not kept here; :func:`gradflow.integrate`'s
-      ``Solution.params_end`` keeps it).
+      past its last valid point: ``V_end``, ``a_end`` are the state there.
     - ``num_steps ()`` int: solver steps taken (accepted and rejected) or GD iterations done.
     - ``status_code ()`` int: see :data:`STATUS`; ``status`` gives the name.
     - ``t_end ()``: the flow time the run reached (``t1`` when ``ok``).
     - ``t_steady ()``: for losses with a finite minimiser, the flow time at which the flow was
       at rest within tolerance and the solve stopped (later points hold that state);
       ``inf`` if it never was (always ``inf`` for the logistic teacher; ``None`` for GD).
+    - ``V_end (d, n)``, ``a_end`` (shape of one ``a``): the state the flow ended in, at ``t_end``
+      (no time axis): where a run stopped by ``max_steps`` between save points got to, the
+      state to resume from (``simulate(loss, traj.V_end, traj.a_end, ...)`` continues the flow
+      from ``t_end``); the last saved state for a run that reached ``t1`` or rests. ``None``
+      for GD and for a trajectory loaded from a file written before they existed.
     - ``meta``: static description (model, normalisation, solver, tolerances …).
     """
 
@@ -95,6 +99,8 @@ class Trajectory(_Run):
     t_steady: Float[Array, "*B"] | None = None
     u: Float[Array, "*B T n"] | None = None
     k: Int[Array, "*B T"] | None = None
+    V_end: Float[Array, "*B d n"] | None = None
+    a_end: Float[Array, "*B ..."] | None = None
     meta: tuple = eqx.field(static=True, default=())
 
 
@@ -105,7 +111,8 @@ class Trajectory(_Run):
         return trajectory_to_xarray(self)
 
     # ------------------------------------------------------------------ save/load
-    _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "t_steady", "u", "k")
+    _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "t_steady", "u",
+               "k", "V_end", "a_end")
 
     def save(self, path: str | os.PathLike) -> None:
         """Write to ``path`` (``.npz``: arrays plus a JSON string of ``meta``), atomically."""

@@ -67,3 +67,27 @@ def test_descent_has_no_end_state_field():
     gd = gradflow.descend_params(loss, {"w": P0}, lr=0.1, steps=10)
     assert gd.params_end is None
     assert jax.tree.leaves(gd.params)  # the recorded iterates are there as before
+
+
+def test_a_value_softmax_run_keeps_its_end_state_too():
+    """``Trajectory.V_end``, ``a_end`` of a run stopped by ``max_steps`` (Fig. 2's draws, the
+    logistic teacher: ``simulate`` solves its exact rank-one reduction and expands ``V``) against
+    SciPy DOP853 at rtol 1e-13 at ``t_end``; the last saved point as control; a resumed run."""
+    from gradflow.sweep import fig2_init
+    from tests import reference as ref
+
+    V0, a0, bs = fig2_init()
+    loss = gradflow.LogisticTeacher(bs)
+    traj = gradflow.simulate(loss, V0, a0, t1=1e12, max_steps=20)
+    assert traj.status == "max_steps"
+    t_end = float(traj.t_end)
+    V_ref, a_ref, _ = ref.integrate(V0, a0, ref.logistic_residual(bs), np.array([0.0, t_end]))
+    np.testing.assert_allclose(np.asarray(traj.V_end), V_ref[-1], rtol=0, atol=2e-8)
+    np.testing.assert_allclose(np.asarray(traj.a_end), a_ref[-1], rtol=0, atol=2e-8)
+    last = int(np.flatnonzero(np.asarray(traj.valid))[-1])
+    assert float(traj.t[last]) < t_end and np.max(np.abs(np.asarray(traj.a[last]) - a_ref[-1])) > 1e-3
+    more = gradflow.simulate(loss, np.asarray(traj.V_end), np.asarray(traj.a_end), t1=10.0)
+    _, a_more, _ = ref.integrate(V0, a0, ref.logistic_residual(bs), np.array([0.0, t_end + 10.0]))
+    np.testing.assert_allclose(np.asarray(more.a_end), a_more[-1], rtol=0, atol=2e-8)
+    ds = traj.to_xarray()
+    assert ds.V_end.dims == ("dim", "token") and ds.a_end.dims == ("token",)
