@@ -335,7 +335,8 @@ def _solution(out, ts, meta, batch_shape=()) -> Solution:
     return Solution(t=t, params=out.params, loss=obs["loss"], grad_norm=obs["grad_norm"], observed=obs["observed"],
                     quadratures=out.quadratures, valid=out.valid, num_steps=out.num_steps,
                     status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
-                    params_end=out.params_end, meta=tuple(sorted(meta.items())))
+                    params_end=out.params_end, quadratures_end=out.quadratures_end,
+                    meta=tuple(sorted(meta.items())))
 
 
 def _atol(rtol, atol):

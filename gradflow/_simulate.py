@@ -159,7 +159,7 @@ def _trajectory(out, ts: np.ndarray, meta: dict, batch_shape=(), expand=None) ->
         V, V_end = expand(V), expand(V_end[None])[0]
     fields = dict(t=_device_times(ts, batch_shape), V=V, a=a, Gamma=Gamma, valid=out.valid,
                   num_steps=out.num_steps, status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
-                  V_end=V_end, a_end=a_end)
+                  V_end=V_end, a_end=a_end, Gamma_end=out.quadratures_end["Gamma"])
     fields.update(out.observed)
     order = {name: fields.get(name) for name in _FIELDS}
     return _new_trajectory(tuple(sorted(meta.items())), order)

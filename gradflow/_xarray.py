@@ -36,6 +36,7 @@ LONG_NAMES = {
     "t_steady": "flow time at which the flow was at rest (inf: never)",
     "V_end": "value matrix V at t_end, the state the flow ended in",
     "a_end": "attention logits a at t_end, the state the flow ended in",
+    "Gamma_end": "polarisation coefficient Γ at t_end",
 }
 
 
@@ -76,7 +77,7 @@ def trajectory_to_xarray(traj):
     codes = np.asarray(traj.status_code)
     data_vars["status"] = (lead, np.vectorize(lambda c: STATUS[int(c)], otypes=[str])(codes) if codes.ndim else
                            np.asarray(STATUS[int(codes)]), {"long_name": LONG_NAMES["status"]})
-    for name in ("num_steps", "t_end", "t_steady"):
+    for name in ("num_steps", "t_end", "t_steady", "Gamma_end"):
         value = getattr(traj, name)
         if value is not None:
             data_vars[name] = (lead, np.asarray(value), {"long_name": LONG_NAMES[name]})

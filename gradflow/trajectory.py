@@ -77,10 +77,13 @@ class Trajectory(_Run):
     - ``t_steady ()``: for losses with a finite minimiser, the flow time at which the flow was
       at rest within tolerance and the solve stopped (later points hold that state);
       ``inf`` if it never was (always ``inf`` for the logistic teacher; ``None`` for GD).
-    - ``V_end (d, n)``, ``a_end`` (shape of one ``a``): the state the flow ended in, at ``t_end``
-      (no time axis): where a run stopped by ``max_steps`` between save points got to, the
-      state to resume from (``simulate(loss, traj.V_end, traj.a_end, ...)`` continues the flow
-      from ``t_end``); the last saved state for a run that reached ``t1`` or rests. ``None``
+    - ``V_end (d, n)``, ``a_end`` (shape of one ``a``), ``Gamma_end ()``: the state the flow
+      ended in, at ``t_end`` (no time axis), and ``Γ`` there: where a run stopped by
+      ``max_steps`` between save points got to, the state to resume from. ``simulate(loss,
+      traj.V_end, traj.a_end, ...)`` continues the flow, its ``t`` counting from 0 again (add
+      ``t_end``) and its ``Gamma`` from 0 (add ``Gamma_end``). A run that reached ``t1`` ends
+      at ``t1`` (the last saved point when ``ts`` ends at ``t1``, as by default); one that
+      rests, in its rest state; one that failed, in its last accepted (finite) state. ``None``
       for GD and for a trajectory loaded from a file written before they existed.
     - ``meta``: static description (model, normalisation, solver, tolerances …).
     """
@@ -101,6 +104,7 @@ class Trajectory(_Run):
     k: Int[Array, "*B T"] | None = None
     V_end: Float[Array, "*B d n"] | None = None
     a_end: Float[Array, "*B ..."] | None = None
+    Gamma_end: Float[Array, "*B"] | None = None
     meta: tuple = eqx.field(static=True, default=())
 
 
@@ -112,7 +116,7 @@ class Trajectory(_Run):
 
     # ------------------------------------------------------------------ save/load
     _ARRAYS = ("t", "V", "a", "s", "loss", "Gamma", "entropy", "valid", "num_steps", "status_code", "t_end", "t_steady", "u",
-               "k", "V_end", "a_end")
+               "k", "V_end", "a_end", "Gamma_end")
 
     def save(self, path: str | os.PathLike) -> None:
         """Write to ``path`` (``.npz``: arrays plus a JSON string of ``meta``), atomically."""
@@ -156,10 +160,14 @@ class Solution(_Run):
       stopped (later points hold that state); ``inf`` if never (``None`` for GD).
     - ``k (T,)`` int: GD iteration index (``None`` for the flow).
     - ``params_end``: the parameter pytree of the state the flow ended in, at ``t_end`` (no time
-      axis). A run that ``max_steps`` (or a failure) stopped between save points ends past its
-      last valid point: this is where it got, the state to resume from (``integrate(loss,
-      sol.params_end, ...)`` continues the flow from ``t_end``, the flow being autonomous). For a
-      run that reached ``t1`` or rests, the state of the last saved point. ``None`` for
+      axis); ``quadratures_end``: ``{name: ()}``, each quadrature there. A run that
+      ``max_steps`` stopped between save points got past its last valid point: this is where
+      it got, the state to resume from. ``integrate(loss, sol.params_end, ...)`` continues the
+      flow (it is autonomous), its ``t`` counting from 0 again (add ``t_end``) and its
+      quadratures from 0 (add ``quadratures_end``). A run that reached ``t1`` ends at ``t1``
+      (the last saved point when ``ts`` ends at ``t1``, as by default); one that rests, in its
+      rest state; one that failed (``nonfinite``, ``stalled``), in its last accepted state,
+      which is finite (resuming from it fails again). ``None`` for
       :func:`gradflow.descend_params`.
     - ``meta``: static description (solver, tolerances, ...); ``metadata`` as a dict.
     """
@@ -177,6 +185,7 @@ class Solution(_Run):
     t_steady: Float[Array, "*B"] | None = None
     k: Int[Array, "*B T"] | None = None
     params_end: Any = None
+    quadratures_end: dict | None = None
     meta: tuple = eqx.field(static=True, default=())
 
 

@@ -166,7 +166,8 @@ def test_save_load_roundtrip(tmp_path):
     path = tmp_path / "traj.npz"
     traj.save(path)
     back = gradflow.Trajectory.load(path)
-    for name in ("t", "V", "a", "s", "loss", "Gamma", "entropy", "u", "valid", "num_steps", "status_code"):
+    for name in ("t", "V", "a", "s", "loss", "Gamma", "entropy", "u", "valid", "num_steps", "status_code", "V_end",
+                 "a_end", "Gamma_end"):
         np.testing.assert_array_equal(getattr(back, name), getattr(traj, name))
     assert back.metadata == traj.metadata and back.status == "ok"
     assert [p.name for p in tmp_path.iterdir()] == ["traj.npz"]  # no temp file left behind

@@ -64,11 +64,12 @@ class Finished(eqx.Module):
     """The engine's result for every lane (leading lane axis ``B``; none when one lane was asked for).
 
     ``params``: the parameter pytree at the save points (``(B, T, ...)``), unreached points
-    holding the last reached state; ``quadratures``: dict of ``(B, T)``; ``observed``: dict of
+    holding the last saved state; ``quadratures``: dict of ``(B, T)``; ``observed``: dict of
     ``flow.observe`` at the save points (``(B, T, ...)``); ``valid (B, T)``; ``status_code (B,)``
     (a :class:`Status`); ``num_steps (B,)``; ``t_end (B,)``; ``t_steady (B,)`` (``inf``: none);
-    ``params_end``: the parameter pytree of the state each lane's solve ended in (``(B, ...)``, at
-    ``t_end``; between save points when a budget or a failure ended the solve)."""
+    ``params_end``, ``quadratures_end``: the parameter pytree (``(B, ...)``) and the quadratures
+    (dict of ``(B,)``) of the state each lane's solve ended in, at ``t_end`` (between save points
+    when a budget or a failure ended the solve)."""
 
     params: object
     quadratures: dict
@@ -79,6 +80,7 @@ class Finished(eqx.Module):
     t_end: jax.Array
     t_steady: jax.Array
     params_end: object
+    quadratures_end: dict
 
 
 def forward_fill(valid, tree, init):
@@ -174,7 +176,8 @@ def _finish_all(flow, fargs, state, y0, settings: Settings) -> Finished:
     cut = lambda tree: jax.tree.map(lambda x: x[:, :settings.keep], tree)
     out = Finished(params=cut(res["params"]), quadratures=cut(res["quadratures"]), observed=cut(res["observed"]),
                    valid=cut(res["valid"]), status_code=res["status_code"], num_steps=state.num_steps,
-                   t_end=t_end, t_steady=jnp.expm1(state.tau_steady), params_end=state.y_end[0])
+                   t_end=t_end, t_steady=jnp.expm1(state.tau_steady), params_end=state.y_end[0],
+                   quadratures_end=state.y_end[1])
     return out if settings.lane is None else jax.tree.map(lambda x: x[settings.lane], out)
 
 

@@ -82,7 +82,7 @@ def compute(cfg: dict, progress: bool = False, with_gd: bool = True) -> dict[str
     """Flow (primary, and the fallback run where the primary is not ``ok``) and GD per map.
 
     Arrays are stacked over maps (axis 0, order ``cfg["maps"]``). ``valid`` marks the saved
-    points the drawn run reached; unreached points hold the last reached state (never NaN).
+    points the drawn run reached; unreached points hold the last saved state (never NaN).
     ``status`` / ``t_end`` are those of the primary run; ``drawn_status`` / ``drawn_t_end`` /
     ``used_fallback`` those of the run drawn.
     """
