@@ -45,9 +45,12 @@ def test_a_finished_run_ends_in_its_last_saved_state():
     assert sol.ok and float(sol.t_end) == 20.0
     np.testing.assert_allclose(np.asarray(sol.params_end["w"]), np.asarray(sol.params["w"])[-1], rtol=1e-12, atol=0)
     np.testing.assert_allclose(np.asarray(sol.params_end["w"]), exact(20.0), rtol=1e-6, atol=1e-9)
-    rest = gradflow.integrate(loss, {"w": P0}, t1=1e12)  # the rest stop fires: later points hold that state
-    assert rest.ok and np.isfinite(float(rest.t_steady))
+    # the rest stop fires: later points hold that state, and the quadratures go on to t1 (∫ 1 dt = t)
+    rest = gradflow.integrate(loss, {"w": P0}, t1=1e12, quadratures={"t": lambda p: 1.0 + 0.0 * p["w"][0]})
+    assert rest.ok and float(rest.t_steady) < 1e4
     np.testing.assert_array_equal(np.asarray(rest.params_end["w"]), np.asarray(rest.params["w"])[-1])
+    np.testing.assert_allclose(float(rest.quadratures_end["t"]), float(rest.t_end), rtol=1e-12)
+    np.testing.assert_allclose(float(rest.quadratures_end["t"]), float(rest.quadratures["t"][-1]), rtol=1e-15)
 
 
 def test_a_batch_gives_every_lane_its_own_end_state():

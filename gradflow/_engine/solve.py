@@ -248,7 +248,8 @@ class SolveState(eqx.Module):
 
     ``ys``: the state ``(params, quadratures)`` at the save points (``(T, ...)``); ``reached``
     ``(T,)``: which save points the solve has reached; ``y_end``, ``tau_end``: the state and log
-    time where it stopped (``tau_end = τ1`` after a rest stop); ``tau_steady``: log time of the
+    time where it stopped (``tau_end = τ1`` after a rest stop, ``y_end`` then the rest state with
+    its quadratures continued to ``τ1``); ``tau_steady``: log time of the
     rest stop (``inf`` if none); ``num_steps``: solver steps taken (accepted and rejected);
     ``code``: a :class:`Status` (``max_steps`` also means "not finished: continue");
     ``tau_start`` and ``round_steps``: log time where the lane's last solve started and the steps
@@ -319,8 +320,11 @@ def solve_lane(flow: Flow, fargs, y0, tau0, *, taus, rtol, atol, solver: int, ma
     code = jnp.where(bad_end, Status.nonfinite, jnp.where(at_rest_, Status.ok, code))
     if flow.rest_stop:  # the remaining save points: the rest state, quadratures continued linearly
         later = at_rest_ & (taus >= tau0) & ~reached
-        ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, _continue_at_rest(flow, fargs, y_end, tau_end, taus))
+        rest = _continue_at_rest(flow, fargs, y_end, tau_end, taus)
+        ys = jax.tree.map(lambda s, e: _where_leading(later, e, s), ys, rest)
         reached = reached | later
+        # a lane at rest ends at tau1 (taus[-1]): its end state is the rest state there
+        y_end = jax.tree.map(lambda e, r: jnp.where(at_rest_, r[-1], e), y_end, rest)
     return SolveState(
         ys=ys,
         reached=reached,
