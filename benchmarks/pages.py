@@ -286,8 +286,8 @@ def main(argv=None) -> int:
             with open(tmp, "w") as fh:
                 fh.write(new)
             os.replace(tmp, path)
-    verb = "from what python -m benchmarks.pages writes" if args.check else ""
-    verb = ("differ " if args.check and len(stale) > 1 else "differs " if args.check else "rewritten") + verb
+    verb = (("differ" if len(stale) > 1 else "differs") + " from what python -m benchmarks.pages writes"
+            if args.check else "rewritten")
     print(f"benchmarks.pages: {', '.join(stale) if stale else 'no page'} {verb}", file=sys.stderr)
     return 1 if (args.check and stale) else 0
 

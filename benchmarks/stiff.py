@@ -85,6 +85,16 @@ def scipy_square(W0, a0, X, y, ts, method, rtol, atol):
     return Y[:, : d * n].reshape(-1, d, n), Y[:, d * n: d * n + n], int(sol.nfev), int(sol.njev)
 
 
+def reference_cache(ref_dir, d: int, kappa: float, t1: float):
+    """The cache file of :func:`square_reference` for the draw ``(d, κ)`` to ``t1`` in ``ref_dir``
+    (created if missing), or ``None`` without ``ref_dir``; shared by :func:`bench_square` and
+    :func:`bench_scale`."""
+    if ref_dir is None:
+        return None
+    os.makedirs(ref_dir, exist_ok=True)
+    return os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")
+
+
 def square_reference(W0, a0, X, y, ts, cache=None):
     """The tight reference: Radau at ``rtol 1e-12``, ``atol 1e-14``; ``(V, a)`` at ``ts``.
     ``cache``: an ``.npz`` path; read if it exists and holds these ``ts`` and initial state,
@@ -129,10 +139,7 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
         W0, a0, X, y = conditioning_init(kappa, 123, d)
         loss = gradflow.SquareLoss(y, design=X, scale=1.0)
         start = time.perf_counter()
-        if ref_dir is not None:
-            os.makedirs(ref_dir, exist_ok=True)
-        cache = None if ref_dir is None else os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")
-        Vr, ar = square_reference(W0, a0, X, y, ts, cache)
+        Vr, ar = square_reference(W0, a0, X, y, ts, reference_cache(ref_dir, d, kappa, t1))
         print(f"benchmarks: stiff κ={kappa:g}: reference in {time.perf_counter() - start:.0f} s", flush=True)
 
         def run():
@@ -414,19 +421,13 @@ def bench_scale(ds=(20, 32, 64, 128), dense_max=64, solvers=SCALE_SOLVERS, workd
             z = np.load(os.path.join(workdir, f"d{d}_{solvers[-1]}.npz"))  # the draw scale_run solved
             kappa, t1 = float(z["kappa"]), float(z["t1"])
             W0, a0, X, y = conditioning_init(kappa, 123, d)
-            cache = None
-            if ref_dir is not None:
-                os.makedirs(ref_dir, exist_ok=True)
-                cache = os.path.join(ref_dir, f"ref_d{d}_k{kappa:g}_t{t1:g}.npz")  # bench_square's names
-            ref_va = square_reference(W0, a0, X, y, z["ts"], cache)
+            ref_va = square_reference(W0, a0, X, y, z["ts"], reference_cache(ref_dir, d, kappa, t1))
         for row in rows:
             if row["d"] == d:
-                row["error_ref"] = None
-                if ref_va is not None:
-                    z1 = np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
-                    row["error_ref"] = _error(z1["V"], z1["a"], *ref_va)
+                z1 = np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
+                row["error_ref"] = None if ref_va is None else _error(z1["V"], z1["a"], *ref_va)
                 if os.path.exists(dense):
-                    z0, z1 = np.load(dense), np.load(os.path.join(workdir, f"d{d}_{row['solver']}.npz"))
+                    z0 = np.load(dense)
                     row["error"] = _error(z1["V"], z1["a"], z0["V"], z0["a"])
                 else:
                     row["error"] = None
