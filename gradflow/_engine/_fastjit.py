@@ -50,9 +50,10 @@ can differ in their last bits, which the step-size control carries into differen
 solve's tolerances (``tests/test_fastjit.py``). The choice is fixed by the lanes and the state
 size, so a call gives the same bits every time.
 
-Measured in the same run (``benchmarks/FIRST_CALL.md``, 2026-12-05, 2 idle cores, fresh
-processes): the deep linear net's first call 2.12 s against 3.08 s with XLA's defaults, its XLA
-compile 1.44 s against 2.34 s (38 % less), its warm call 0.200 s against 0.184 s.
+Measured in the same run (``benchmarks/FIRST_CALL.md``, 2026-12-05 14:31 UTC, 2 cores, fresh
+processes): the deep linear net's first call 2.18 s against 2.74 s with XLA's defaults, its XLA
+compile 1.49 s against 2.05 s (27 % less; 38 % in the run before), its warm call 0.186 s against
+0.178 s.
 During development (one process each way, not in ``benchmarks/``): batches of 128 and 1024 lanes ran 10–70 % slower warm with these options (1024
 seeds: 0.17 s with XLA's defaults, 0.20–0.29 s with them), hence the lane limit. Other backends
 ignore these CPU options. Read at each call: set to ``()`` before a program's first call, it
