@@ -20,7 +20,7 @@ class Status(enum.IntEnum):
       (≈ 6e-12 at ``t1 = 1e12``) with a finite field around — a blow-up, kink or singularity ahead;
     - ``nonfinite`` (3): the field at the reached state, or within a few minimal steps ahead of a
       stall, is NaN/inf (the solve stops at once; for GD: the iterate diverged);
-    - ``solver_failed`` (4): another solver failure (e.g. the implicit solver's Newton iteration).
+    - ``solver_failed`` (4): another solver failure (e.g. the implicit solver's Newton iteration, or the spectral estimate of ``rkc`` not finite).
     """
 
     def __new__(cls, code: int, message: str):
@@ -40,7 +40,7 @@ class Status(enum.IntEnum):
                   "a blow-up, kink or singularity ahead")
     nonfinite = 3, ("the field at the reached state, or within a few minimal steps ahead of a stall, is NaN/inf "
                     "(for GD: the iterate diverged)")
-    solver_failed = 4, "another solver failure (e.g. the implicit solver's Newton iteration)"
+    solver_failed = 4, "another solver failure (e.g. the implicit solver's Newton iteration, or the spectral estimate of rkc not finite)"
 
 
 STATUS = tuple(status.name for status in Status)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow._engine import _pinned, rosenbrock, settings as S, solvers
+from gradflow._engine import _pinned, chebyshev, rosenbrock, settings as S, solvers
 from gradflow._engine.erk import UnrolledDopri8
 
 # name -> (class, Rosenbrock tableau, linear solve, controller kind), as docs/solvers.md describes them
@@ -24,6 +24,7 @@ DOCUMENTED = {
     "ros34pw2-eigh": (rosenbrock.Rosenbrock, rosenbrock.ROS34PW2, rosenbrock.Eigen, "pid-implicit"),
     "rodas4-eigh": (rosenbrock.Rosenbrock, rosenbrock.RODAS4, rosenbrock.EigenRefined, "pid-implicit"),
     "rodas4-krylov": (rosenbrock.Rosenbrock, rosenbrock.RODAS4, rosenbrock.Krylov, "pid-implicit"),
+    "rkc": (chebyshev.RKC, None, None, "pid"),
 }
 
 

@@ -214,13 +214,21 @@ def solve(term, solver, controller, t0, t1, y0, args, ts, *, max_steps: int, eve
         if made_jump is not False:
             raise ValueError(f"gradflow's solve loop makes no jumps; the step-size controller {controller!r} "
                              "returned made_jump that is not False")
+        # a step the solver reports failed is not taken, even where the controller would keep it:
+        # the solve ends at the step's start, in its state (diffeqsolve would move t to the step's
+        # end with whatever state the failed step returned; no solver of diffrax's reports a failure
+        # on a step it lets the controller keep, so this differs from diffeqsolve only for those
+        # that do: ``rkc``'s non-finite spectral estimate)
+        failed = keep & ~diffrax.is_okay(solver_result)
+        keep = keep & ~failed
+        tprev = jnp.where(failed, c.tprev, tprev)
         tprev = jnp.minimum(tprev, t1)
         # diffrax's _clip_to_end: a step ending within CLIP_ULPS of t1 ends at t1 (a rejected one halfway)
         tnext = jnp.where(tnext > t1_floor, jnp.where(keep, t1, tprev + 0.5 * (t1 - tprev)), tnext)
         keep_ = lambda a, b: jnp.where(keep, a, b)
         y = jax.tree.map(keep_, y, c.y)
         solver_state = jax.tree.map(keep_, solver_state, c.solver_state)
-        solver_result = diffrax.RESULTS.where(keep, solver_result, diffrax.RESULTS.successful)
+        solver_result = diffrax.RESULTS.where(keep | failed, solver_result, diffrax.RESULTS.successful)
         result = diffrax.RESULTS.where(diffrax.is_okay(c.result), solver_result, c.result)
         result = diffrax.RESULTS.where(diffrax.is_okay(result), controller_result, result)
 

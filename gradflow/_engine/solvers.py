@@ -17,7 +17,7 @@ import numpy as np
 import optimistix as optx
 
 from .._errors import bad_arg
-from . import rosenbrock
+from . import chebyshev, rosenbrock
 from .erk import UnrolledDopri8
 
 __all__ = ["AUTO", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "StepBudget", "spec", "code_of", "make_solver",
@@ -73,6 +73,11 @@ def _rodas4_krylov(rtol, atol, batched):
     return rosenbrock.KrylovRodas4(1e-8 if rtol is None else rtol, 1e-10 if atol is None else atol)
 
 
+def _rkc(rtol, atol, batched):
+    # the stage cap follows the step controller's rtol (round-off, :func:`chebyshev.stage_cap`)
+    return chebyshev.RKC(1e-8 if rtol is None else rtol)
+
+
 @dataclasses.dataclass(frozen=True)
 class SolverEntry:
     """One row of :data:`SOLVER_TABLE`.
@@ -107,6 +112,7 @@ SOLVER_TABLE = (
     SolverEntry("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_RODAS4_ROUND),
     SolverEntry("rodas4-krylov", 9, _rodas4_krylov, "pid-implicit", implicit=True, gradient_only=True),
+    SolverEntry("rkc", 10, _rkc, gradient_only=True),
 )
 """The solvers, by code. ``tsit5``, ``dopri5``, ``dopri8``: diffrax's explicit methods (Dopri8:
 order 8, the explicit phase of ``auto``). ``kvaerno5``: diffrax's ESDIRK with a Newton root
@@ -122,7 +128,10 @@ of at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters). ``rodas4
 whose stage systems with the exact Jacobian are solved by conjugate gradients on Jacobian–vector
 products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n)``; the implicit
 phase of ``auto`` for gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE`
-parameters). See :mod:`gradflow._engine.rosenbrock`."""
+parameters). See :mod:`gradflow._engine.rosenbrock`. ``rkc``: the stabilised explicit
+Runge–Kutta–Chebyshev method RKC (order 2), its stage number chosen every step from a power
+iteration on Jacobian–vector products, for large gradient flows of moderate stiffness and
+accuracy (no linear algebra, memory ``O(n)``; :mod:`gradflow._engine.chebyshev`)."""
 
 _BY_NAME = {s.name: s for s in SOLVER_TABLE}
 _BY_CODE = {s.code: s for s in SOLVER_TABLE}
