@@ -118,7 +118,21 @@ QUICK_BUDGET = 1.0
 CONVERGED = 1e-12
 """The table's convergence column: the first checkpoint with loss at most this times the start loss
 (checkpoints: gradflow after each call, GD after each chunk, SciPy about every 0.5 s)."""
-METHODS = ("gradflow", "gd", "scipy")
+METHODS = ("gradflow", "gradflow-rkc", "gd", "scipy")
+"""The methods of every model, in this order (``--method``: a subset)."""
+
+RKC_RTOL = 1e-4
+"""The tolerance of the ``gradflow-rkc`` row (``solver="rkc"``, ``atol = rtol/100``). A
+second-order method's accuracy-limited step grows as ``rtol^(1/3)`` and, with ``s ∝ √(h·ρ)``
+stages a step, its gradients per unit log time fall as ``h^(-1/2)``, so as ``rtol^(-1/6)``: on the
+transformer to ``t = 3000``, rtol 1e-4 took 6,231 gradients (162 steps) against 12,637 (659
+steps) at rtol 1e-6, and the two end states differ by 2.3e-4 relative (a development
+measurement; the report gives the row's error against a tighter run)."""
+
+
+def _is_gradflow(row: dict) -> bool:
+    """Whether a row is one of gradflow's (``gradflow``, ``gradflow-rkc``)."""
+    return row["method"].startswith("gradflow")
 
 
 # ----------------------------------------------------------------------------- models
@@ -240,9 +254,10 @@ def _flat(loss, params0):
     return (lambda th: loss(unravel(th))), flat0, int(flat0.size)
 
 
-def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> dict:
+def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX, **integrate_kw) -> dict:
     """gradflow towards ``t_max`` in a chain of :func:`gradflow.integrate` calls within ``budget``
-    seconds (the module docstring says how each call is sized)."""
+    seconds (the module docstring says how each call is sized); ``integrate_kw`` (e.g. ``solver``,
+    ``rtol``, ``atol``) passed to every call (default: ``integrate``'s defaults)."""
     import jax
 
     import gradflow
@@ -257,7 +272,7 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX) 
         c0 = clock.now()
         rounds: list = []
         with rec.recording(), _labelled(rec, rounds):
-            sol = gradflow.integrate(loss, theta, t1=delta, ts=delta * FRACTIONS)
+            sol = gradflow.integrate(loss, theta, t1=delta, ts=delta * FRACTIONS, **integrate_kw)
             jax.block_until_ready(sol.params)
         wall = clock.now() - c0
         comp = sum(rec.totals().values())
@@ -437,7 +452,13 @@ def run_scipy(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> 
                 njev=int(solver.njev), compile_s=compile_s, compile_first_s=compile_s, points=clock.points)
 
 
-RUNNERS = {"gradflow": run_gradflow, "gd": run_gd, "scipy": run_scipy}
+def run_gradflow_rkc(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> dict:
+    """:func:`run_gradflow` with ``solver="rkc"`` at ``rtol =`` :data:`RKC_RTOL`, ``atol = rtol/100``
+    (the stabilised explicit solver by name; the row the issue of large models is judged by)."""
+    return run_gradflow(loss, params0, budget, emit, t_max, solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100)
+
+
+RUNNERS = {"gradflow": run_gradflow, "gradflow-rkc": run_gradflow_rkc, "gd": run_gd, "scipy": run_scipy}
 
 
 def measure(name: str, method: str, budget: float, quick: bool = False, emit=None) -> dict:
@@ -468,7 +489,7 @@ def summarise(row: dict) -> dict:
     best = inside[-1] if inside and (inside[-1]["count"] > 0 or not worked) else (worked or pts)[0]
     row.update(t=best["t"], loss=best["loss"], wall_s=best["wall_s"], count=best["count"],
                over_budget=best["wall_s"] > row["budget_s"],
-               loss0=row.get("loss0", pts[0]["loss"] if row["method"] != "gradflow" else None),
+               loss0=row.get("loss0", pts[0]["loss"] if not _is_gradflow(row) else None),
                t_all=pts[-1]["t"], wall_all_s=pts[-1]["wall_s"])
     return row
 
@@ -547,9 +568,9 @@ def machine() -> dict:
 
 
 def run(budget: float | None = None, quick: bool = False, only=None, isolate: bool | None = None,
-        log=None) -> dict:
-    """Every model (``only``: these names) × every method, one after another; ``isolate``: each in
-    a fresh process (default: not under ``quick``)."""
+        log=None, methods=None) -> dict:
+    """Every model (``only``: these names) × every method (``methods``: these), one after another;
+    ``isolate``: each in a fresh process (default: not under ``quick``)."""
     budget = (QUICK_BUDGET if quick else 600.0) if budget is None else float(budget)
     isolate = (not quick) if isolate is None else isolate
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -558,9 +579,10 @@ def run(budget: float | None = None, quick: bool = False, only=None, isolate: bo
     load0 = os.getloadavg()[0]
     rows = []
     for name in names:
-        for method in METHODS:
+        for method in [m for m in METHODS if not methods or m in methods]:
             t0 = time.perf_counter()
             row = run_child(name, method, budget, quick) if isolate else measure(name, method, budget, quick)
+            row["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
             rows.append(row)
             log(f"large_models: {name} {method}: t = {row['t']:.4g}, loss {row['loss']:.4g}, "
                 f"{row['wall_s']:.0f} s ({time.perf_counter() - t0:.0f} s with start-up), {row['status']}")
@@ -573,7 +595,8 @@ def run(budget: float | None = None, quick: bool = False, only=None, isolate: bo
 BEGIN = "<!-- large models: begin (benchmarks/large_models.py) -->"
 END = "<!-- large models: end -->"
 
-LABELS = {"gradflow": "gradflow `integrate` (auto)", "gd": "GD at its stability limit"}
+LABELS = {"gradflow": "gradflow `integrate` (auto)", "gradflow-rkc": f"gradflow `integrate` (`rkc`, rtol {RKC_RTOL:g})",
+          "gd": "GD at its stability limit"}
 
 
 def _method_label(r: dict) -> str:
@@ -585,13 +608,13 @@ def _method_label(r: dict) -> str:
 
 
 def _t(r: dict) -> str:
-    if r["method"] == "gradflow" and r.get("t_rest") is not None and r["t"] >= T_MAX * (1 - 1e-12):
+    if _is_gradflow(r) and r.get("t_rest") is not None and r["t"] >= T_MAX * (1 - 1e-12):
         return f"{r['t']:.3g} (at rest from t = {r['t_rest']:.3g})"
     return f"{r['t']:.3g}"
 
 
 def _count(r: dict) -> str:
-    if r["method"] == "gradflow":
+    if _is_gradflow(r):
         return f"{r['count']:,} steps in {r['points'][-1].get('calls', len(r['points']))} call(s)"
     if r["method"] == "gd":
         return f"{r['count']:,} iterations"
@@ -604,7 +627,7 @@ def _notes(r: dict) -> str:
     if r["method"] == "gd":
         out.append(f"lr {r['lr0']:.3g} at the start (λ_max {r['lambda0']:.3g}), {r['lr']:.3g} at the end "
                    f"({r['lowered']} re-check(s) lowered it, {r['halvings']} halving(s) after a rise)")
-    if r["method"] == "gradflow" and r.get("calls"):
+    if _is_gradflow(r) and r.get("calls"):
         sts = sorted({c["status"] for c in r["calls"]})
         out.append(f"calls ended {', '.join(sts)}")
     if r["method"] == "scipy" and r.get("why"):
@@ -612,11 +635,11 @@ def _notes(r: dict) -> str:
     if r["over_budget"]:
         out.append("**its first unit of work already ended after the budget** (shown)")
     elif r["wall_all_s"] > r["budget_s"] * 1.01:
-        what = {"gradflow": "call", "gd": "chunk", "scipy": "step"}[r["method"]]
+        what = {"gradflow": "call", "gradflow-rkc": "call", "gd": "chunk", "scipy": "step"}[r["method"]]
         last = r["points"][-1]
         comp = last.get("compile_s") or 0.0
         why = ""
-        if r["method"] == "gradflow" and comp >= 1:
+        if _is_gradflow(r) and comp >= 1:
             progs = ", ".join(f"`{k}` {v:.0f} s" for k, v in sorted(last.get("compiled", {}).items(), key=lambda kv: -kv[1]))
             why = f", {comp:.0f} s of it compiling ({progs})" if progs else f", {comp:.0f} s of it compiling"
         out.append(f"its last {what} ended after the budget ({r['wall_all_s']:.0f} s, t = {r['t_all']:.3g}{why}; "
@@ -626,7 +649,7 @@ def _notes(r: dict) -> str:
         jac = f"; {last['njev']} Jacobians done" if last.get("njev") else ""
         out.append(f"killed at {r['killed_after_s']:.0f} s: the step in flight since {last['wall_s']:.0f} s had not "
                    f"ended{jac}")
-    if r["method"] == "gradflow" and r.get("calls"):
+    if _is_gradflow(r) and r.get("calls"):
         rounds = [c.get("rounds") for c in r["calls"]]
         solvers = sorted({x.split(",")[0] for rs in rounds if rs for x in rs})
         if solvers:
@@ -648,15 +671,18 @@ def table(res: dict) -> str:
     for r in res["rows"]:
         gd = next((x for x in res["rows"] if x["model"] == r["model"] and x["method"] == "gd"), None)
         ratio = f"{r['t'] / gd['t']:.3g}×" if gd and gd["t"] > 0 else "–"
-        if r["method"] == "gradflow" and r.get("t_rest") is not None:
+        if _is_gradflow(r) and r.get("t_rest") is not None:
             ratio = "– (at rest)"
         conv = converged(r)
         conv = "not within the budget" if conv is None else f"{conv['wall_s']:.1f} ({conv['t']:.3g})"
         comp = "–" if r.get("compile_first_s") is None else f"{r['compile_first_s']:.1f}"
-        if r["method"] == "gradflow" and r.get("compile_s") is not None and r["compile_s"] > r["compile_first_s"] + 0.05:
+        if _is_gradflow(r) and r.get("compile_s") is not None and r["compile_s"] > r["compile_first_s"] + 0.05:
             comp += f" (first call; {r['compile_s']:.1f} in all)"
+        notes = _notes(r)
+        if r.get("measured") and r["measured"] != res.get("measured"):
+            notes = f"measured {r['measured']}" + (f"; {notes}" if notes else "")
         L.append(f"| {r['model']} | {r['n']:,} | {_method_label(r)} | {_t(r)} | {r['loss']:.4g} | {ratio} | "
-                 f"{r['wall_s']:.1f} | {conv} | {_count(r)} | {comp} | {_notes(r)} |")
+                 f"{r['wall_s']:.1f} | {conv} | {_count(r)} | {comp} | {notes} |")
     return "\n".join(L)
 
 
@@ -677,7 +703,9 @@ def report(res: dict, cmd: str) -> str:
          + ("Each method ran in a fresh process without a persistent compilation cache, one after another. "
             if res["isolated"] else "Every method ran in this one process. ")
          + "gradflow: `integrate` with its defaults (auto solver, rtol 1e-8, rest stop) towards t1 = 1e12 as a "
-         "chain of calls, each resuming from the last end state and sized from the last call's wall time; GD: "
+         "chain of calls, each resuming from the last end state and sized from the last call's wall time; "
+         f"gradflow (`rkc`): the same chain with `solver=\"rkc\"` (the stabilised explicit Runge–Kutta–Chebyshev "
+         f"method) at rtol {RKC_RTOL:g}, atol {RKC_RTOL / 100:g}; GD: "
          f"lr = {LR_FACTOR:g}/λ_max of the Hessian at the start, re-checked before each jitted chunk (lowered, never "
          "raised), halved when a chunk's loss rises; SciPy: LSODA (Hessian as jac for n ≤ "
          f"{SCIPY_HESSIAN_MAX}, finite differences above) stepped until the budget, DOP853 where LSODA cannot hold "
@@ -686,7 +714,10 @@ def report(res: dict, cmd: str) -> str:
          "the flow holds that state to t1 = 1e12 (so no ratio to GD's t). Every gradflow call starts the auto solver "
          "anew (Dopri8, then stiffness detection) and compiles a program the first time it is needed; the sizing "
          "of the calls cannot foresee a compile, so a call can end well after the budget (its notes say so).", "",
-         table(res), "", "Models (fixed seeds, float64):", ""]
+         table(res), ""]
+    if res.get("accuracy"):
+        L += [accuracy_text(res["accuracy"]), ""]
+    L += ["Models (fixed seeds, float64):", ""]
     for name, (n, desc, loss0) in starts.items():
         L.append(f"- {name} ({n:,} parameters): {desc}; loss at the start {loss0:.4g}." if loss0 is not None
                  else f"- {name} ({n:,} parameters): {desc}.")
@@ -696,6 +727,104 @@ def report(res: dict, cmd: str) -> str:
 def section(res: dict, cmd: str) -> str:
     """The ``RESULTS.md`` section (between markers, replaced in place by later runs)."""
     return _report.section(BEGIN, END, "Large models: flow time reached in a fixed wall-clock budget", report(res, cmd))
+
+
+ACCURACY_T = 100.0
+"""The horizon of the accuracy check (:func:`accuracy`)."""
+
+ACCURACY_TS = (1.0, 3.0, 10.0, 30.0, 100.0)
+"""Its save points (scaled by ``t1/ACCURACY_T`` for another horizon)."""
+
+QUICK_ACCURACY_T = 1.0
+"""The horizon under ``--quick`` (tiny models; numbers meaningless)."""
+
+GD_ETAS = (0.4, 0.2, 0.1, 0.05)
+"""GD's step sizes in the accuracy check (each below the stability limit ``2/λ_max`` of the
+transformer's start, ``λ_max ≈ 0.96``, and of its path to ``t = 100``, ``λ_max ≈ 5``)."""
+
+
+def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURACY_T) -> dict:
+    """The ``gradflow-rkc`` row's error, and GD's at equal accuracy, on ``[0, t1]``.
+
+    - reference: :func:`gradflow.integrate` with ``solver="auto"`` at rtol 1e-10, atol 1e-12 (Dopri8
+      and Rodas4, another method and a tolerance a million times tighter);
+    - ``rkc`` at the row's tolerance (:data:`RKC_RTOL`): ``‖θ − θ_ref‖ / ‖θ_ref‖`` at each of
+      :data:`ACCURACY_TS`;
+    - GD at each η of :data:`GD_ETAS` to ``t1`` (``t1/η`` iterations): the same error at ``t1``; GD's
+      error is ``O(η)`` (the explicit Euler scheme of the flow), so ``err(η) ≈ c·η`` fitted on the
+      two smallest η gives the η at which GD matches ``rkc``'s error at ``t1``, and the wall clock
+      GD would need for it at its measured seconds per iteration (an extrapolation, labelled so)."""
+    import jax
+    import jax.numpy as jnp
+    from jax.flatten_util import ravel_pytree
+
+    import gradflow
+
+    loss, params0, _ = model(name).build(quick)
+    L, flat0, _n = _flat(loss, params0)
+    ts = np.array((0.0,) + tuple(x * t1 / ACCURACY_T for x in ACCURACY_TS))
+    c0 = time.perf_counter()
+    ref = gradflow.integrate(loss, params0, t1=t1, ts=ts, rtol=1e-10, atol=1e-12, rest_stop=False)
+    ref_wall = time.perf_counter() - c0
+    flat = lambda sol: np.stack([np.asarray(ravel_pytree(  # noqa: E731
+        jax.tree.map(lambda x: x[i], sol.params))[0]) for i in range(len(ts))])
+    R = flat(ref)
+    c0 = time.perf_counter()
+    rkc = gradflow.integrate(loss, params0, t1=t1, ts=ts, solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100,
+                             rest_stop=False)
+    rkc_wall = time.perf_counter() - c0
+    rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
+    rkc_err = [rel(x, r) for x, r in zip(flat(rkc), R)]
+    grad = jax.jit(jax.grad(L))
+    run = jax.jit(lambda th, eta, k: jax.lax.fori_loop(0, k, lambda i, th: th - eta * grad(th), th))
+    gd = []
+    for eta in GD_ETAS:
+        k = int(round(t1 / eta))
+        th = run(jnp.asarray(flat0), eta, 1)  # compile
+        c0 = time.perf_counter()
+        th = jax.block_until_ready(run(jnp.asarray(flat0), eta, k))
+        wall = time.perf_counter() - c0
+        gd.append(dict(eta=eta, iterations=k, wall_s=wall, err=rel(np.asarray(th), R[-1])))
+    a, b = gd[-2], gd[-1]
+    c = (a["err"] / a["eta"] + b["err"] / b["eta"]) / 2
+    eta_match = rkc_err[-1] / c
+    per_iter = b["wall_s"] / b["iterations"]
+    return dict(model=name, t1=t1, ts=ts.tolist(), rtol=RKC_RTOL, ref_wall_s=ref_wall, ref_status=ref.status,
+                rkc_wall_s=rkc_wall, rkc_status=rkc.status, rkc_steps=int(rkc.num_steps), rkc_err=rkc_err, gd=gd,
+                gd_slope=c, eta_match=eta_match, gd_iterations_match=t1 / eta_match,
+                gd_wall_match_s=per_iter * t1 / eta_match)
+
+
+def accuracy_text(acc: dict) -> str:
+    """The report's paragraph on :func:`accuracy`."""
+    errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], acc["rkc_err"][1:]))
+    gd = "; ".join(f"η = {g['eta']:g}: {g['err']:.2g} ({g['iterations']:,} iterations, {g['wall_s']:.1f} s)"
+                   for g in acc["gd"])
+    return (f"**Accuracy of the `rkc` row** ({acc['model']}, to t = {acc['t1']:g}): against `integrate` with "
+            f"`auto` at rtol 1e-10 (Dopri8 and Rodas4; {acc['ref_wall_s']:.0f} s), `rkc` at rtol {acc['rtol']:g} "
+            f"({acc['rkc_steps']} steps, {acc['rkc_wall_s']:.0f} s) is off by ‖θ − θ_ref‖/‖θ_ref‖ = {errs}. "
+            f"GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is O(η): fitted as "
+            f"{acc['gd_slope']:.3g}·η on the two smallest η, GD matches `rkc`'s error at t = {acc['t1']:g} at "
+            f"η ≈ {acc['eta_match']:.2g}, {acc['gd_iterations_match']:,.0f} iterations, about "
+            f"{acc['gd_wall_match_s']:.0f} s at its measured cost per iteration (**extrapolated** from the fit, "
+            "not run).")
+
+
+def merge_rows(path: str, res: dict) -> dict:
+    """``res`` with the rows of the JSON at ``path`` (if any) whose (model, method) it did not
+    measure, in :data:`MODELS` × :data:`METHODS` order; an older row without its own date gets
+    its file's ``measured``."""
+    if not os.path.exists(path):
+        return res
+    with open(path) as fh:
+        old = json.load(fh)
+    new = {(r["model"], r["method"]): r for r in res["rows"]}
+    for r in old.get("rows", []):
+        key = (r["model"], r["method"])
+        if key not in new:
+            new[key] = {**r, "measured": r.get("measured", old.get("measured"))}
+    order = {(m.name, k): i for i, (m, k) in enumerate((m, k) for m in MODELS for k in METHODS)}
+    return {**res, "rows": sorted(new.values(), key=lambda r: order.get((r["model"], r["method"]), 1 << 30))}
 
 
 def insert(md: str, text: str) -> str:
@@ -714,13 +843,25 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes, a short budget, in this process (numbers meaningless)")
     p.add_argument("--only", action="append", metavar="NAME", help="run only this model (repeatable)")
     p.add_argument("--out", default=os.path.join(HERE, "LARGE_MODELS.md"), help="report path (JSON beside it)")
+    p.add_argument("--method", action="append", choices=METHODS, metavar="METHOD",
+                   help=f"run only this method (repeatable; one of {', '.join(METHODS)}); the rows of the other "
+                        "(model, method) pairs are kept from the JSON at --out, each with its own date")
+    p.add_argument("--accuracy", action="store_true",
+                   help=f"also measure the rkc row's error and GD's at equal accuracy on the transformer to "
+                        f"t = {ACCURACY_T:g} (a few minutes)")
     p.add_argument("--child", nargs=2, metavar=("MODEL", "METHOD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
         return _child(*args.child, budget=args.budget, quick=args.quick)
-    res = run(budget=args.budget, quick=args.quick, only=args.only)
+    res = run(budget=args.budget, quick=args.quick, only=args.only, methods=args.method)
     cmd = "python -m benchmarks.large_models" + (" --quick" if args.quick else "") + (
-        f" --budget {args.budget:g}" if args.budget is not None else "") + "".join(f" --only {n}" for n in args.only or ())
+        f" --budget {args.budget:g}" if args.budget is not None else "") + "".join(
+        f" --only {n}" for n in args.only or ()) + "".join(f" --method {m}" for m in args.method or ())
+    if args.accuracy:
+        res["accuracy"] = accuracy(quick=args.quick, t1=QUICK_ACCURACY_T if args.quick else ACCURACY_T)
+        cmd += " --accuracy"
+    if args.method:
+        res = merge_rows(os.path.splitext(args.out)[0] + ".json", res)
     print(write(res, args.out, cmd))
     print(f"large_models: wrote {args.out}", file=sys.stderr)
     return 0
