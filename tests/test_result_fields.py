@@ -181,17 +181,17 @@ def trajectories(traj_batch, traj_singles):
     design = np.array([[1.0, 0.5, 0.0], [0.0, 1.0, 0.5]])
     return {
         "flow": traj_singles[0],
-        "mixed batch": traj_batch,
+        "mixed-batch": traj_batch,
         "rowwise": gradflow.simulate(gradflow.LogisticTeacher(BETA[:2]), V0[:2], np.zeros((3, 3)), t1=10.0,
                                      ts=TS[:4], model="rowwise"),
-        "square at rest": gradflow.simulate(gradflow.SquareLoss(np.array([1.0, -1.0]), design=design), V0,
+        "square-at-rest": gradflow.simulate(gradflow.SquareLoss(np.array([1.0, -1.0]), design=design), V0,
                                             np.zeros(3), t1=1e6, ts=np.array([0.0, 1.0, 1e6])),
         "gd": gradflow.descend(gradflow.LogisticTeacher(BETA), V0, np.zeros(3), lr=0.1, steps=50,
                                record=np.array([0, 10, 50])),
     }
 
 
-KINDS = ("flow", "mixed batch", "rowwise", "square at rest", "gd")
+KINDS = ("flow", "mixed-batch", "rowwise", "square-at-rest", "gd")
 
 
 # --------------------------------------------------------------------------- the helper itself
@@ -232,13 +232,13 @@ def test_documented_fields_are_set_and_none_where_documented(trajectories, sol_b
     ``None``; ``u`` is ``None`` without a teacher (the square loss with a design), as the
     classes' docstrings say. Generated from the fields: a new field must be set by the flow."""
     gd_none = {"t_steady", "V_end", "a_end", "Gamma_end", "params_end", "quadratures_end"}
-    for kind, result in [*trajectories.items(), ("solution", sol_batch), ("solution gd", sol_gd)]:
+    for kind, result in [*trajectories.items(), ("solution", sol_batch), ("solution-gd", sol_gd)]:
         none = {name for name in field_names(type(result)) if getattr(result, name) is None}
         want = gd_none & set(field_names(type(result))) if "gd" in kind else {"k"}
-        if kind == "square at rest":
+        if kind == "square-at-rest":
             want = want | {"u"}
         assert none == want, (kind, none)
-    assert 0.0 < float(trajectories["square at rest"].t_steady) < 1e6  # a finite t_steady is among the cases
+    assert 0.0 < float(trajectories["square-at-rest"].t_steady) < 1e6  # a finite t_steady is among the cases
 
 
 # --------------------------------------------------------------------------- Trajectory: save/load
@@ -319,9 +319,9 @@ def test_an_export_that_drops_a_variable_fails_the_comparison(trajectories):
 
 
 # --------------------------------------------------------------------------- pickle and jit
-@pytest.mark.parametrize("kind", ("flow", "mixed batch", "gd", "solution", "solution gd"))
+@pytest.mark.parametrize("kind", ("flow", "mixed-batch", "gd", "solution", "solution-gd"))
 def test_pickle_and_jit_keep_every_field(trajectories, sol_batch, sol_gd, kind):
-    result = {"solution": sol_batch, "solution gd": sol_gd}.get(kind) or trajectories[kind]
+    result = {"solution": sol_batch, "solution-gd": sol_gd}.get(kind) or trajectories[kind]
     assert_same_fields(pickle.loads(pickle.dumps(result)), result)
     assert_same_fields(jax.jit(lambda r: r)(result), result)
 
