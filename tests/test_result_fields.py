@@ -15,8 +15,9 @@ the pytree structure for dicts and parameter trees, equality for ``meta``. The w
   a field with a time axis ``T``);
 - the sweep store (:func:`gradflow.sweep.run_sweep`, :func:`gradflow.sweep.load_sweep`) against a
   direct :func:`gradflow.simulate_batch` of the same draws;
-- pickling and passing through ``jax.jit`` (results are pytrees handed between processes and
-  through transformations); :class:`gradflow.Solution` has no file format or ``to_xarray``.
+- pickling (how Python hands a result to another process) and passing through ``jax.jit`` (a
+  result is a pytree); :class:`gradflow.Solution` has no file format and no ``to_xarray``, so
+  these two are its only ways out.
 
 The aggregates (``ok``, ``status``, ``batched``, ``valid``, ``t_end``) are tested on a batch with
 an ``ok``, a ``max_steps`` and a ``nonfinite`` lane, on every sub-batch of it, and on single runs,
