@@ -7,7 +7,9 @@ A sweep is one zarr store (format 2, consolidated metadata) that ``xarray.open_z
 points; the flow time is ``time(t1, t)``), ``dim`` and ``token`` (rows and columns of ``V``,
 padded with NaN to the largest ``n`` of the grid). Variables: ``V``, ``a``, ``s``, ``u``,
 ``beta_star``, ``loss``, ``Gamma``, ``entropy``, ``valid``, ``num_steps``, ``status`` (names of
-:data:`gradflow.STATUS`), ``t_end`` and ``done`` (whether that chunk is written). Each chunk of
+:data:`gradflow.STATUS`), ``t_end``, ``t_steady``, the end state ``V_end``, ``a_end``,
+``Gamma_end`` (as in :class:`gradflow.Trajectory`) and ``done`` (whether that chunk is
+written). Each chunk of
 seeds of one configuration is one zarr chunk of every variable, written by one region write; its
 ``done`` entries are written after its data, so a rerun with the same spec computes exactly the
 chunks that are not ``done`` (a run killed mid-write recomputes that chunk). A different spec for
@@ -151,7 +153,8 @@ def _draws(cfg: dict, seeds):
 
 _FLOAT_VARS = {  # name -> dims after the grid axes and `seed`
     "V": ("t", "dim", "token"), "a": ("t", "token"), "s": ("t", "token"), "u": ("t", "token"),
-    "loss": ("t",), "Gamma": ("t",), "entropy": ("t",), "t_end": (), "beta_star": ("dim",),
+    "loss": ("t",), "Gamma": ("t",), "entropy": ("t",), "t_end": (), "t_steady": (),
+    "V_end": ("dim", "token"), "a_end": ("token",), "Gamma_end": (), "beta_star": ("dim",),
 }
 _OTHER_VARS = {"valid": (("t",), "bool"), "num_steps": ((), "int64"), "status": ((), "<U16"), "done": ((), "bool")}
 
@@ -260,6 +263,9 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True, *,
     any process may create the store (one creation wins, the others find the same spec). Each
     solves on ``devices`` (default: ``jax.local_devices()``, this process's own).
 
+    A store created by an older gradflow, without some of today's variables (``t_steady`` and
+    the end state ``V_end``, ``a_end``, ``Gamma_end``), resumes without them.
+
     **Returns:** ``dict(computed=[...], skipped=[...])``: this process's chunks
     ``(config_index, seed_lo, seed_hi)`` solved now and those already written.
 
@@ -303,6 +309,8 @@ def run_sweep(spec: SweepSpec, out: str | os.PathLike, progress: bool = True, *,
                 lead = (1,) * len(grid)
                 data = {}
                 for name, value in arrays.items():
+                    if not os.path.isdir(os.path.join(out, name)):  # a store written before the variable existed
+                        continue
                     dims = _FLOAT_VARS[name] if name in _FLOAT_VARS else _OTHER_VARS[name][0]
                     data[name] = (GRID_DIMS + ("seed",) + dims, value.reshape(lead + value.shape))
                 ds = xr.Dataset(data)
