@@ -455,7 +455,8 @@ def run_scipy(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> 
 def run_gradflow_rkc(loss, params0, budget: float, emit=None, t_max: float = T_MAX) -> dict:
     """:func:`run_gradflow` with ``solver="rkc"`` at ``rtol =`` :data:`RKC_RTOL`, ``atol = rtol/100``
     (the stabilised explicit solver by name; the row the issue of large models is judged by)."""
-    return run_gradflow(loss, params0, budget, emit, t_max, solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100)
+    res = run_gradflow(loss, params0, budget, emit, t_max, solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100)
+    return {**res, "rtol": RKC_RTOL}
 
 
 RUNNERS = {"gradflow": run_gradflow, "gradflow-rkc": run_gradflow_rkc, "gd": run_gd, "scipy": run_scipy}
@@ -800,7 +801,8 @@ def accuracy_text(acc: dict) -> str:
     errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], acc["rkc_err"][1:]))
     gd = "; ".join(f"η = {g['eta']:g}: {g['err']:.2g} ({g['iterations']:,} iterations, {g['wall_s']:.1f} s)"
                    for g in acc["gd"])
-    return (f"**Accuracy of the `rkc` row** ({acc['model']}, to t = {acc['t1']:g}): against `integrate` with "
+    when = f", {acc['measured']}" if acc.get("measured") else ""
+    return (f"**Accuracy of the `rkc` row** ({acc['model']}, to t = {acc['t1']:g}{when}): against `integrate` with "
             f"`auto` at rtol 1e-10 (Dopri8 and Rodas4; {acc['ref_wall_s']:.0f} s), `rkc` at rtol {acc['rtol']:g} "
             f"({acc['rkc_steps']} steps, {acc['rkc_wall_s']:.0f} s) is off by ‖θ − θ_ref‖/‖θ_ref‖ = {errs}. "
             f"GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is O(η): fitted as "
@@ -824,7 +826,10 @@ def merge_rows(path: str, res: dict) -> dict:
         if key not in new:
             new[key] = {**r, "measured": r.get("measured", old.get("measured"))}
     order = {(m.name, k): i for i, (m, k) in enumerate((m, k) for m in MODELS for k in METHODS)}
-    return {**res, "rows": sorted(new.values(), key=lambda r: order.get((r["model"], r["method"]), 1 << 30))}
+    out = {**res, "rows": sorted(new.values(), key=lambda r: order.get((r["model"], r["method"]), 1 << 30))}
+    if "accuracy" not in res and "accuracy" in old:
+        out["accuracy"] = old["accuracy"]
+    return out
 
 
 def insert(md: str, text: str) -> str:
@@ -843,9 +848,10 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny sizes, a short budget, in this process (numbers meaningless)")
     p.add_argument("--only", action="append", metavar="NAME", help="run only this model (repeatable)")
     p.add_argument("--out", default=os.path.join(HERE, "LARGE_MODELS.md"), help="report path (JSON beside it)")
-    p.add_argument("--method", action="append", choices=METHODS, metavar="METHOD",
-                   help=f"run only this method (repeatable; one of {', '.join(METHODS)}); the rows of the other "
-                        "(model, method) pairs are kept from the JSON at --out, each with its own date")
+    p.add_argument("--method", action="append", choices=METHODS + ("none",), metavar="METHOD",
+                   help=f"run only this method (repeatable; one of {', '.join(METHODS)}, or none: no runs, e.g. "
+                        "with --accuracy); the rows of the other (model, method) pairs, and an accuracy "
+                        "measurement not made now, are kept from the JSON at --out, each with its own date")
     p.add_argument("--accuracy", action="store_true",
                    help=f"also measure the rkc row's error and GD's at equal accuracy on the transformer to "
                         f"t = {ACCURACY_T:g} (a few minutes)")
@@ -859,6 +865,7 @@ def main(argv=None) -> int:
         f" --only {n}" for n in args.only or ()) + "".join(f" --method {m}" for m in args.method or ())
     if args.accuracy:
         res["accuracy"] = accuracy(quick=args.quick, t1=QUICK_ACCURACY_T if args.quick else ACCURACY_T)
+        res["accuracy"]["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         cmd += " --accuracy"
     if args.method:
         res = merge_rows(os.path.splitext(args.out)[0] + ".json", res)

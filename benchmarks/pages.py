@@ -218,9 +218,45 @@ def _large_rows(d: dict) -> list[tuple[str, str, str]]:
             continue
         reached = (f"at rest from t = {g['t_rest']:.3g} (in {g['wall_s']:.0f} s)" if g.get("status") == "at rest"
                    else f"t = {g['t']:.3g}")
+        rkc = by.get((model, "gradflow-rkc"))
+        if rkc:
+            reached += (f", `rkc` (rtol {rkc.get('rtol', 1e-4):g}) t = {rkc['t']:.3g} "
+                        f"(**{rkc['t'] / gd['t']:.2g}×** GD's)")
         parts.append(f"{model} ({g['n']:,}): gradflow {reached}, GD t = {gd['t']:.3g}")
+    dates = sorted({r.get("measured", lg["measured"]) for r in lg["rows"]})
+    when = dates[0] if len(dates) == 1 else f"rows measured {dates[0]} to {dates[-1]}"
     return [(f"large users' models, flow time reached in {lg['budget_s']:.0f} s per method (`python -m "
-             f"benchmarks.large_models`, {lg['measured']})", "; ".join(parts), "–")]
+             f"benchmarks.large_models`, {when})", "; ".join(parts), "–")]
+
+
+def large_models(d: dict) -> str:
+    """Every row of ``LARGE_MODELS.json`` in a sentence each, and its accuracy measurement: what a
+    user of a large model can expect from each method."""
+    lg = d.get("large")
+    if not lg or lg.get("quick"):
+        return "No full-budget run of `python -m benchmarks.large_models` is committed.\n"
+    names = {"gradflow": "`integrate` (auto, rtol 1e-8)", "gd": "GD at its stability limit"}
+    out = []
+    for model in dict.fromkeys(r["model"] for r in lg["rows"]):
+        rows = [r for r in lg["rows"] if r["model"] == model]
+        parts = []
+        for r in rows:
+            name = names.get(r["method"], f"`integrate` (`rkc`, rtol {r.get('rtol', 1e-4):g})"
+                             if r["method"] == "gradflow-rkc" else f"SciPy {r.get('method_name', r['method'])}")
+            reached = (f"at rest from t = {r['t_rest']:.3g}" if r.get("status") == "at rest" and r.get("t_rest")
+                       else f"t = {r['t']:.3g}")
+            when = r.get("measured", lg["measured"])
+            load = r.get("load_before")
+            parts.append(f"{name} {reached} in {r['wall_s']:.0f} s ({when}"
+                         + (f", load average {load:.1f}" if load is not None else "") + ")")
+        out.append(f"- **{model}** ({rows[0]['n']:,} parameters): " + "; ".join(parts) + ".")
+    text = (f"`python -m benchmarks.large_models` ({lg['budget_s']:.0f} s of wall clock per method, compilation "
+            "included, 2 cores; `benchmarks/LARGE_MODELS.md`):\n\n" + "\n".join(out) + "\n")
+    if lg.get("accuracy"):
+        from benchmarks.large_models import accuracy_text
+
+        text += "\n" + accuracy_text(lg["accuracy"]) + "\n"
+    return text
 
 
 def stiff(d: dict) -> str:
@@ -243,6 +279,7 @@ def stiff(d: dict) -> str:
 
 BLOCKS: dict[str, Callable[[dict], str]] = {
     "commands": commands, "benchmark-commands": benchmark_commands, "headline": headline, "stiff": stiff,
+    "large-models": large_models,
 }
 
 

@@ -147,6 +147,38 @@ def test_rkc_fixed_steps_are_stable_and_damp_stiff_modes_up_to_h_rho_1e4():
     assert not np.all(np.abs(Q.T @ np.asarray(bad))[stiff] <= np.abs(Q.T @ th0)[stiff])
 
 
+def test_rkc_substeps_past_the_stage_cap_stay_stable_and_damped():
+    """With the stage cap at 21 (``rtol = 1e-12``: ``√(1e-12/(10ε)) ≈ 21``), the same fixed steps of
+    ``h·ρ ≈ 1.2e4`` are each taken as ``k ≈ 46`` substeps of at most 21 stages: every stiff component
+    shrinks by at least ``bound(s)^k`` per step, and the slow modes follow the closed form at least as
+    well as with one substep (the substeps are smaller). Negative control: the substep count
+    forced to 1 with the cap's 21 stages (``h·ρ`` far outside ``β(21) ≈ 290``) blows up."""
+    lams = np.concatenate([np.geomspace(1e-2, 1.0, 5), np.geomspace(10.0, 1e4, 8)])
+    A, th0, exact, Q = _linear(lams)
+    term = diffrax.ODETerm(lambda t, y, args: -(jnp.asarray(A) @ y))
+    assert int(chebyshev.stage_cap(1e-12)) == 21
+    y, st = _fixed_steps(RKC(1e-12), term, jnp.asarray(th0), 20.0, 20)
+    k = int(st.substeps) // 20
+    assert int(st.most) <= 21 and int(st.substeps) % 20 == 0 and k >= 40, (int(st.most), int(st.substeps))
+    stiff = lams >= 10.0
+    comp = np.abs(Q.T @ np.asarray(y))
+    assert np.all(comp[stiff] <= _damping_bound(int(st.most)) ** 20 * np.abs(Q.T @ th0)[stiff] * (1 + 1e-9))
+    slow = ~stiff
+    np.testing.assert_allclose((Q.T @ np.asarray(y))[slow], (Q.T @ exact(20.0))[slow], rtol=0, atol=0.05)
+
+    class OneSubstep(RKC):
+        def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+            old = chebyshev.stages_for
+            chebyshev.stages_for = lambda h_rho, cap: (jnp.ones((), jnp.int32), cap)
+            try:
+                return super().step(terms, t0, t1, y0, args, solver_state, made_jump)
+            finally:
+                chebyshev.stages_for = old
+
+    bad, _ = _fixed_steps(OneSubstep(1e-12), term, jnp.asarray(th0), 20.0, 20)
+    assert not np.all(np.abs(Q.T @ np.asarray(bad))[stiff] <= np.abs(Q.T @ th0)[stiff])
+
+
 def test_rkc_adaptive_run_matches_the_closed_form_of_a_stiff_flow():
     """``gradflow.integrate(solver="rkc")`` on the gradient flow of a quadratic with eigenvalues
     from 1e-2 to 1e4 to ``t1 = 1e3`` (log-time ``h·ρ`` past 1e6 by the end): every save point

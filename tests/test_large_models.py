@@ -9,7 +9,8 @@ import pytest
 
 from benchmarks import large_models as lm
 
-LABELS = {"gradflow": "gradflow `integrate` (auto)", "gd": "GD at its stability limit", "scipy": "SciPy "}
+LABELS = {"gradflow": "gradflow `integrate` (auto)", "gradflow-rkc": "gradflow `integrate` (`rkc`",
+          "gd": "GD at its stability limit", "scipy": "SciPy "}
 
 
 def test_quick_mode_writes_every_model_and_method(tmp_path):
@@ -31,8 +32,10 @@ def test_quick_mode_writes_every_model_and_method(tmp_path):
         # compiled loss; SciPy: a jitted loss of the raveled parameters), is one number
         l0 = [rows[m.name, k]["loss0"] for k in lm.METHODS]
         assert max(l0) - min(l0) <= 1e-12 * abs(l0[0]), (m.name, l0)
-        g = rows[m.name, "gradflow"]
-        assert g["loss"] <= g["loss0"], g  # a gradient flow does not raise the loss
+        for k in ("gradflow", "gradflow-rkc"):
+            g = rows[m.name, k]
+            assert g["loss"] <= g["loss0"], g  # a gradient flow does not raise the loss
+        assert rows[m.name, "gradflow-rkc"]["rtol"] == lm.RKC_RTOL
         gd = rows[m.name, "gd"]
         # GD's flow time at every checkpoint is Σ lr·k over its accepted chunks so far (each chunk's lr
         # and iteration count recorded with it); the reported one is a checkpoint, and all chunks
@@ -94,6 +97,37 @@ def test_report_from_given_numbers(tmp_path):
     once = lm.insert(md, lm.section(res, "python -m benchmarks"))
     assert once.index("## Large models") < once.index("## Stiff flows")
     assert lm.insert(once, lm.section(res, "python -m benchmarks")) == once
+
+
+def test_merge_keeps_the_rows_not_rerun_with_their_dates(tmp_path):
+    """``--method`` reruns some rows: the JSON's other rows are kept, each dated (an older row gets
+    its file's date), in models × methods order, and the report names the date of a row measured at
+    another time. Control: a rerun row replaces its old one (no duplicate)."""
+    old = dict(measured="2026-12-05 01:15 UTC", rows=[
+        dict(model="transformer", method="gd", t=3.8e4), dict(model="transformer", method="gradflow", t=918.0),
+        dict(model="mlp", method="gd", t=1.6e5)])
+    path = tmp_path / "L.json"
+    path.write_text(json.dumps(old))
+    new = dict(measured="2026-12-07 02:00 UTC", rows=[
+        dict(model="transformer", method="gradflow-rkc", t=5e4, measured="2026-12-07 02:00 UTC"),
+        dict(model="transformer", method="gd", t=3.9e4, measured="2026-12-07 02:10 UTC")])
+    res = lm.merge_rows(str(path), new)
+    got = [(r["model"], r["method"], r["t"], r["measured"]) for r in res["rows"]]
+    assert got == [("mlp", "gd", 1.6e5, "2026-12-05 01:15 UTC"),
+                   ("transformer", "gradflow", 918.0, "2026-12-05 01:15 UTC"),
+                   ("transformer", "gradflow-rkc", 5e4, "2026-12-07 02:00 UTC"),
+                   ("transformer", "gd", 3.9e4, "2026-12-07 02:10 UTC")], got
+    assert lm.merge_rows(str(tmp_path / "none.json"), new) is new
+
+
+def test_accuracy_text_labels_the_extrapolation():
+    acc = dict(model="transformer", t1=100.0, ts=[0.0, 1.0, 100.0], rtol=1e-4, ref_wall_s=100.0, ref_status="ok",
+               rkc_wall_s=10.0, rkc_status="ok", rkc_steps=50, rkc_err=[0.0, 1e-6, 2e-4],
+               gd=[dict(eta=0.1, iterations=1000, wall_s=5.0, err=1e-2), dict(eta=0.05, iterations=2000, wall_s=10.0,
+                                                                               err=5e-3)],
+               gd_slope=0.1, eta_match=2e-3, gd_iterations_match=5e4, gd_wall_match_s=250.0)
+    text = lm.accuracy_text(acc)
+    assert "0.0002 at t = 100" in text and "η ≈ 0.002" in text and "**extrapolated**" in text
 
 
 @pytest.mark.slow  # a fresh process (imports, compiles): ~20 s on 2 cores
