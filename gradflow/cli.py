@@ -206,7 +206,7 @@ def _cmd_sweep(args) -> int:
     _cpu_devices(args.cpu_devices, distributed=args.distributed or args.coordinator is not None)
     distributed = _init_distributed(args)  # before anything starts a JAX backend
     spec = SweepSpec(
-        seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
+        seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, lanes=args.lanes, loss=args.loss, n=args.n,
         normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
         points=args.points, solver=args.solver, max_steps=args.max_steps,
     )
@@ -469,7 +469,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     w.add_argument("out", help="the zarr store (a folder) to create, or to resume")
     w.add_argument("--seeds", type=_seeds, default=(0, 64), help="START:STOP (default 0:64)")
-    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one batch, one zarr chunk (default 64)")
+    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one zarr chunk (default 64)")
+    w.add_argument("--lanes", type=int, default=16,
+                   help="seeds per solve: a chunk is solved in groups of this many seeds, one device each, the last "
+                        "group padded (default 16; a chunk a multiple of it wastes nothing). A seed's numbers depend "
+                        "on it, not on --chunk, the processes or the devices")
     w.add_argument("--loss", type=_grid(str, "--loss"), default=("logistic",), help="logistic,square (default logistic)")
     w.add_argument("--n", type=_grid(int, "--n"), default=(8,), help="sizes n = d (default 8)")
     w.add_argument("--normalization", type=_grid(str, "--normalization"), default=("softmax",), help="maps (default softmax)")

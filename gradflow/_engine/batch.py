@@ -259,9 +259,19 @@ def _bucket(k: int, B: int, n_dev: int, pad_all: bool = False) -> int:
     return -(-size // n_dev) * n_dev
 
 
+def _default_device():
+    """The device where this thread's uncommitted arrays and computations go: the one set by
+    :func:`jax.default_device` (thread-local), else this process's first device."""
+    device = jax.config.jax_default_device
+    if isinstance(device, jax.Device):
+        return device
+    return jax.local_devices(backend=device)[0] if device else jax.local_devices()[0]
+
+
 def _is_local(devices) -> bool:
-    """Whether ``devices`` is this process's first device alone (nothing to place or shard)."""
-    return len(devices) == 1 and devices[0] == jax.local_devices()[0]
+    """Whether ``devices`` is this thread's default device alone (:func:`_default_device`):
+    nothing to place or shard."""
+    return len(devices) == 1 and devices[0] == _default_device()
 
 
 def _place(tree, devices):
@@ -321,7 +331,7 @@ def _probe_stalls(flow, fargs, codes, y_end, tau_end, result: Finished, settings
     if stalled.size == 0:
         return result
     _, _, ends, lane_args = _lanes((y_end, tau_end), fargs, stalled, codes.shape[0], settings.args_batched, devices,
-                                   _compile_bound(y_end, len(devices)))
+                                   settings.fixed_width or _compile_bound(y_end, len(devices)))
     bad = np.asarray(_stall_probe_jit(flow, lane_args, ends, _solve.stall_dtmin(settings.taus[-1]),
                                       settings.args_batched))[:stalled.size]
     if not np.any(bad):
@@ -365,7 +375,7 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
         return np.full(k, np.nan), np.full(k, np.nan)
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
     _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices,
-                                   _compile_bound(state.y_end, len(devices)))
+                                   settings.fixed_width or _compile_bound(state.y_end, len(devices)))
     h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
@@ -374,7 +384,8 @@ def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices)
     """Advance the lanes ``pending`` by one round ``rnd`` (at most ``rnd.steps`` steps of solver
     ``rnd.solver``); merge into ``state``."""
     idx, dest, (y_start, tau_start), lane_args = _lanes(
-        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices)
+        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,
+        settings.fixed_width)
     out = _solve_jit(flow, lane_args, y_start, tau_start, settings.replace(lane=None), rnd)
     return _merge(state, out, idx, dest)
 
@@ -448,11 +459,13 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
             before(code)
-            if B <= per_solve and local and (group.size == B or (compile_bound and not spec(code).implicit)):
+            if B <= per_solve and local and (group.size == B or settings.fixed_width
+                                             or (compile_bound and not spec(code).implicit)):
                 # every lane in one call, as the first round; or, in a compile-bound batch, an
                 # explicit round of the pending lanes padded to all B rows: the first round's
                 # program again. (An implicit step costs up to cubically more with the state, so
-                # implicit rounds keep their buckets: padding would cost B/k on every call.)
+                # implicit rounds keep their buckets: padding would cost B/k on every call,
+                # which ``settings.fixed_width`` pays.)
                 idx, dest = _padded(group, B, B)
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
                                             idx, dest)
@@ -472,6 +485,18 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     **Arguments:** ``fargs`` the flow's arguments (a leading lane axis on its array leaves if
     ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`
     (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
+
+    A lane's result is bitwise a function of its own inputs and of the programs it runs in, but
+    those programs' shapes depend on the batch: XLA:CPU rounds a vmapped solver step differently
+    at different lane counts (one Dopri8 step of 4, 8 or 16 lanes differs in the last bit from the
+    same step of 2, 3 or 5 lanes, measured on a 2-core x86 CPU), sharding over several devices compiles another program, and a lone pending lane is
+    solved without ``vmap``; the step-size control carries such a bit into differences within the
+    tolerances. With ``settings.fixed_width`` (and ``B ≤`` :data:`LANES_PER_SOLVE` per device)
+    every program of the batch, each later round, implicit ones included, the stiffness detector
+    and the stall probe, runs all ``B`` rows (the pending lanes padded by repeating one of them),
+    as the first round does: a lane's result is then the same bit for bit whichever other lanes
+    run beside it and whenever they finish, for the same ``B`` and devices (a single device: the
+    same whichever it is). It costs the padding rows' work in later rounds.
 
     BLAS runs with
     :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays
