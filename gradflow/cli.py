@@ -174,7 +174,9 @@ def _init_distributed(args) -> bool:
     import jax
 
     jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                               process_id=args.process_id, initialization_timeout=args.init_timeout)
+                               process_id=args.process_id, initialization_timeout=args.init_timeout,
+                               **({} if args.peer_timeout is None else dict(heartbeat_timeout_seconds=args.peer_timeout,
+                                                                            shutdown_timeout_seconds=args.peer_timeout)))
     return True
 
 
@@ -499,6 +501,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="join jax.distributed with the settings a cluster launcher (SLURM, Open MPI, ...) exports")
     d.add_argument("--init-timeout", type=_count("init-timeout", 1), default=300,
                    help="seconds to wait for every process to join (default 300)")
+    d.add_argument("--peer-timeout", type=_count("peer-timeout", 1), default=None,
+                   help="seconds after which a silent process counts as dead, and the most the final barrier waits "
+                        "for the others (default: JAX's, 100 and 300); a process that then finds the store "
+                        "incomplete exits 1")
     w.set_defaults(func=_cmd_sweep)
     return p
 
