@@ -62,6 +62,8 @@ DEFAULT_FILES = (
     "tests/test_performance.py",
     "tests/test_loop.py",
     "tests/test_params_end.py",
+    "tests/test_sweep.py",
+    "tests/test_sweep_distributed.py",
 )
 """The default test files the mutations must fail (run with the default ``-m 'not slow'``)."""
 
@@ -150,6 +152,27 @@ MUTATIONS = (
     Mutation("lemD2_time_map", "theory/invariants.py",
              "want = (1.0 + t[k]) * formula[k]", "want = t[k] * formula[k]",
              "Lemma D.2 along the trajectory with dτ/dt = 1/t", "tests/test_theory.py::test_trajectory_not_integrated_along_the_field_is_reported"),
+    # ---- sweeps (gradflow/sweep.py, gradflow/cli.py)
+    Mutation("sweep_chunk_one_batch", "gradflow/sweep.py",
+             "    groups = _groups(lo, hi, spec.lanes)\n", "    groups = [np.arange(lo, hi)]\n",
+             "a chunk solved as one batch of --chunk lanes (a seed's bits then depend on --chunk)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_last_group_unpadded", "gradflow/sweep.py",
+             "groups.append(np.concatenate([seeds, np.full(lanes - seeds.size, seeds[-1])]))", "groups.append(seeds)",
+             "a chunk's last group solved with fewer lanes than --lanes (another program shape)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_group_sharded", "gradflow/sweep.py",
+             "devices=[device], fixed_width=True)", "devices=jax.local_devices(), fixed_width=True)",
+             "each group sharded over all of the process's devices (bits depend on the devices per process)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_pads_before_own_entries", "gradflow/sweep.py",
+             "pad[axis] = (0, n_max - n)", "pad[axis] = (n_max - n, 0)",
+             "the runs of a smaller n padded with NaN before their own rows and columns",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_dead_peer_exit_0", "gradflow/cli.py",
+             "    return 0 if done.all() else 1\n", "    return 0\n",
+             "a distributed sweep exits 0 with the store incomplete (a peer died or stopped)",
+             "tests/test_sweep_distributed.py::test_a_dead_peer_never_exits_0_and_one_process_completes_the_same_store"),
 )
 """Mutations outside the integrator's modules."""
 
@@ -214,8 +237,8 @@ ENGINE_MUTATIONS = (
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.max_steps, Status.solver_failed)",
              "a stalled solve reported as max_steps", "tests/test_failures.py::test_engine_reports_a_blow_up_as_stalled_in_one_solve"),
     Mutation("compile_bound_rounds_bucketed", "gradflow/_engine/batch.py",
-             "if B <= per_solve and local and (group.size == B or (compile_bound and not spec(code).implicit)):",
-             "if B <= per_solve and local and (group.size == B):",
+             "                                             or (compile_bound and not spec(code).implicit)):",
+             "                                             or False):",
              "a compile-bound batch's later rounds compiled again for each number of pending lanes",
              "tests/test_performance.py::test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs"),
     Mutation("stall_probe_skipped", "gradflow/_engine/batch.py",
@@ -334,6 +357,10 @@ ENGINE_MUTATIONS = (
              "if spec(code).implicit and not limited:", "if False:",
              "implicit rounds of a run keep OpenBLAS's default threads",
              "tests/test_stiff.py::test_auto_limits_blas_threads_from_its_first_implicit_round_only"),
+    Mutation("bucket_not_rounded_to_devices", "gradflow/_engine/batch.py",
+             "    return -(-size // n_dev) * n_dev\n", "    return size\n",
+             "a bucket of pending lanes not rounded up to a multiple of the device count",
+             "tests/test_sweep.py::test_sharded_batch_rounds_a_lone_lanes_bucket_to_the_device_count"),
     Mutation("fused_result_stale", "gradflow/_engine/batch.py",
              "            fused = None\n", "            pass\n",
              "a round run in parts after a fused round returns the fused round's stale result",
