@@ -465,7 +465,8 @@ def _parser() -> argparse.ArgumentParser:
         help="seeds x configs grid into one zarr store (xarray.open_zarr reads it); resumable",
         description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid; "
                     "every seed of every configuration is one run (V0 = init_scale*randn, a0 = 0, a random unit "
-                    "teacher, as in the paper's Fig. 2). One simulate_batch per chunk of seeds, one zarr chunk each; "
+                    "teacher, as in the paper's Fig. 2). One zarr chunk per chunk of seeds, solved as simulate_batch "
+                    "calls of --lanes seeds (a seed's numbers do not depend on --chunk, the devices or the processes); "
                     "a rerun computes only the chunks not yet written. Dims: seed, loss_fn, n, normalization, t1, "
                     "rtol, init_scale, t, dim, token.",
     )
