@@ -97,7 +97,8 @@ def test_sweep_draws_are_fig2s_draws():
 
 
 @pytest.mark.parametrize("argv", [["--seeds", "5:1"], ["--loss", "hinge"], ["--t1", "abc"], ["--seeds", "x"],
-                                  ["--normalization", "l1"], ["--max-steps", "0"], ["--rtol", "2"], ["--chunk", "0"]])
+                                  ["--normalization", "l1"], ["--max-steps", "0"], ["--rtol", "2"], ["--chunk", "0"],
+                                  ["--lanes", "0"], ["--lanes", "257"]])
 def test_sweep_bad_arguments_exit_2(tmp_path, argv):
     with pytest.raises(SystemExit) as exc:
         code = cli.main(["sweep", str(tmp_path / "sw"), "--no-cache", *argv])
