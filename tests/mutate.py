@@ -172,7 +172,7 @@ MUTATIONS = (
     Mutation("sweep_dead_peer_exit_0", "gradflow/cli.py",
              "    return 0 if done.all() else 1\n", "    return 0\n",
              "a distributed sweep exits 0 with the store incomplete (a peer died or stopped)",
-             "tests/test_sweep_distributed.py::test_a_dead_peer_never_exits_0_and_one_process_completes_the_same_store"),
+             "tests/test_sweep_distributed.py::test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store"),
 )
 """Mutations outside the integrator's modules."""
 
