@@ -4,7 +4,8 @@ A *lane* is one run (one initial state, and one set of arguments if they are bat
 solved together under ``vmap`` (:func:`_per_lane`) in rounds of at most :data:`ROUND_STEPS` steps;
 after a round only the lanes still running (status ``max_steps`` of the round) take part in the
 next one, gathered into a bucket of a power-of-two size (in a compile-bound batch, an explicit
-round instead runs them padded to all lanes through the first round's program: :func:`_run_rounds`);
+round instead runs them padded to all lanes through the first round's program: :func:`_run_rounds`;
+with ``Settings.fixed_width`` every round does, so a lane's bits do not depend on its batch: :func:`run`);
 the solver of each lane in each round is decided by :func:`gradflow._engine.stiff.phase_of_lanes`.
 Lanes are sharded over ``devices`` along their leading axis.
 """
@@ -487,16 +488,17 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
 
     A lane's result is bitwise a function of its own inputs and of the programs it runs in, but
-    those programs' shapes depend on the batch: XLA:CPU rounds a vmapped solver step differently
-    at different lane counts (one Dopri8 step of 4, 8 or 16 lanes differs in the last bit from the
-    same step of 2, 3 or 5 lanes, measured on a 2-core x86 CPU), sharding over several devices compiles another program, and a lone pending lane is
-    solved without ``vmap``; the step-size control carries such a bit into differences within the
-    tolerances. With ``settings.fixed_width`` (and ``B ≤`` :data:`LANES_PER_SOLVE` per device)
-    every program of the batch, each later round, implicit ones included, the stiffness detector
-    and the stall probe, runs all ``B`` rows (the pending lanes padded by repeating one of them),
-    as the first round does: a lane's result is then the same bit for bit whichever other lanes
-    run beside it and whenever they finish, for the same ``B`` and devices (a single device: the
-    same whichever it is). It costs the padding rows' work in later rounds.
+    those programs' shapes depend on the batch: XLA:CPU rounds a vmapped solver step differently at
+    different lane counts (one Dopri8 step of 4, 8 or 16 lanes differs in the last bit from the same
+    step of 2, 3 or 5 lanes, measured on a 2-core x86 CPU), sharding over several devices compiles
+    another program, and a lone pending lane is solved without ``vmap``; the step-size control
+    carries such a bit into differences within the tolerances. With ``settings.fixed_width`` (and
+    ``B ≤`` :data:`LANES_PER_SOLVE` per device) every program of the batch, each later round,
+    implicit ones included, the stiffness detector and the stall probe, runs all ``B`` rows (the
+    pending lanes padded by repeating one of them), as the first round does: a lane's result is then
+    the same bit for bit whichever other lanes run beside it and whenever they finish, for the same
+    ``B`` and devices (a single device: the same whichever it is). It costs the padding rows' work
+    in later rounds.
 
     BLAS runs with
     :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays
