@@ -237,8 +237,8 @@ ENGINE_MUTATIONS = (
              "jnp.where(result == diffrax.RESULTS.dt_min_reached, Status.max_steps, Status.solver_failed)",
              "a stalled solve reported as max_steps", "tests/test_failures.py::test_engine_reports_a_blow_up_as_stalled_in_one_solve"),
     Mutation("compile_bound_rounds_bucketed", "gradflow/_engine/batch.py",
-             "                                             or (compile_bound and not spec(code).implicit)):",
-             "                                             or False):",
+             "if B <= per_solve and local and (group.size == B or (compile_bound and not spec(code).implicit)):",
+             "if B <= per_solve and local and (group.size == B):",
              "a compile-bound batch's later rounds compiled again for each number of pending lanes",
              "tests/test_performance.py::test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs"),
     Mutation("stall_probe_skipped", "gradflow/_engine/batch.py",
@@ -358,8 +358,10 @@ ENGINE_MUTATIONS = (
              "implicit rounds of a run keep OpenBLAS's default threads",
              "tests/test_stiff.py::test_auto_limits_blas_threads_from_its_first_implicit_round_only"),
     Mutation("fixed_width_rounds_bucketed", "gradflow/_engine/batch.py",
-             "if B <= per_solve and local and (group.size == B or settings.fixed_width\n",
-             "if B <= per_solve and local and (group.size == B or False\n",
+             "        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,\n"
+             "        settings.fixed_width)",
+             "        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,\n"
+             "        False)",
              "fixed_width ignored after the first round: implicit rounds run buckets of the pending lanes",
              "tests/test_performance.py::test_fixed_width_gives_a_lane_the_same_bits_whichever_lanes_share_its_batch"),
     Mutation("bucket_not_rounded_to_devices", "gradflow/_engine/batch.py",

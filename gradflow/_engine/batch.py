@@ -383,7 +383,8 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
 
 def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices):
     """Advance the lanes ``pending`` by one round ``rnd`` (at most ``rnd.steps`` steps of solver
-    ``rnd.solver``); merge into ``state``."""
+    ``rnd.solver``) as one bucket (:func:`_lanes`; all ``B`` rows with ``settings.fixed_width``);
+    merge into ``state``."""
     idx, dest, (y_start, tau_start), lane_args = _lanes(
         (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,
         settings.fixed_width)
@@ -460,13 +461,12 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         for code, n in sorted({(int(c), int(n)) for c, n in zip(codes, steps_now) if n > 0}):
             group = pending[(codes == code) & (steps_now == n)]
             before(code)
-            if B <= per_solve and local and (group.size == B or settings.fixed_width
-                                             or (compile_bound and not spec(code).implicit)):
+            if B <= per_solve and local and (group.size == B or (compile_bound and not spec(code).implicit)):
                 # every lane in one call, as the first round; or, in a compile-bound batch, an
                 # explicit round of the pending lanes padded to all B rows: the first round's
                 # program again. (An implicit step costs up to cubically more with the state, so
-                # implicit rounds keep their buckets: padding would cost B/k on every call,
-                # which ``settings.fixed_width`` pays.)
+                # implicit rounds keep their buckets: padding would cost B/k on every call.
+                # ``settings.fixed_width`` pays it: :func:`_round` then runs all B rows.)
                 idx, dest = _padded(group, B, B)
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
                                             idx, dest)
