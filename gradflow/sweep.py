@@ -33,9 +33,8 @@ bit for bit the same for any number of processes, devices per process and ``chun
 resume, for the same spec on the same machine and library versions. Not bit-equal (the compiled
 programs differ, and the step-size control carries a last-bit difference into differences of the
 order of the tolerance): another ``lanes``, another machine or jax/jaxlib/``XLA_FLAGS``;
-agreement there is within the tolerances. (Sharding a batch over the devices, as
-``simulate_batch`` does by default, gave stores that differed by up to ~1e-8 between one
-process with two CPU devices and two processes with one each.)
+agreement there is within the tolerances (a batch sharded over the devices, as
+``simulate_batch`` runs one by default, is another program than the same lanes on one device).
 """
 
 from __future__ import annotations
