@@ -154,14 +154,15 @@ def _assert_padded_after_own_entries(ds):
 
 def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
     """One process on one CPU device with ``--chunk 3``, and two processes on two CPU devices
-    each with ``--chunk 2`` (groups 0-1, 2-3 and 4, padded to 4 lanes, spread over 4 devices),
-    store the same bits in every variable, every configuration; both pad the runs of n = 2 after
-    their own entries. Control: the same seeds solved 3 lanes at a time (``--lanes 3``, another
-    batch composition) differ in V's last bits, within the tolerance: the comparison sees it."""
+    each with ``--chunk 5`` (one chunk of each size per process, its groups 0-3 and 4 (padded to
+    4 lanes) solved at once on the process's two devices), store the same bits in every variable,
+    every configuration; both pad the runs of n = 2 after their own entries. Control: the same
+    seeds solved 3 lanes at a time (``--lanes 3``, another batch composition) differ in V's last
+    bits, within the tolerance: the comparison sees it."""
     out = tmp_path / "two.zarr"
-    codes, results = _both(out, [], [*SPLIT, "--chunk", "2", "--cpu-devices", "2"])
+    codes, results = _both(out, [], [*SPLIT, "--chunk", "5", "--cpu-devices", "2"])
     assert codes == [0, 0], results
-    assert all("on 2 CPU device(s)" in r[0] for r in results), results
+    assert all("1 chunks computed" in r[0] and "on 2 CPU device(s)" in r[0] for r in results), results
     two = xr.open_zarr(out).load()
     for name in VARIABLES:
         np.testing.assert_array_equal(two[name].values, split_single[name].values, err_msg=name)
