@@ -133,10 +133,10 @@ SPLIT = [*TINY, "--n", "2,3", "--lanes", "4"]  # groups of 4 seeds: the last gro
 
 @pytest.fixture(scope="module")
 def split_single(tmp_path_factory):
-    """:data:`SPLIT` on this process alone, on its one CPU device, ``--chunk 3`` (groups: seeds
-    0-2 and 3-4, each padded to 4 lanes)."""
+    """:data:`SPLIT` on this process alone, on its one CPU device, ``--chunk 2`` (groups: seeds
+    0-1, 2-3 and 4, each padded to 4 lanes)."""
     out = tmp_path_factory.mktemp("split") / "single.zarr"
-    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "3"]) == 0
+    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "2"]) == 0
     return xr.open_zarr(out).load()
 
 
@@ -153,7 +153,7 @@ def _assert_padded_after_own_entries(ds):
 
 
 def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
-    """One process on one CPU device with ``--chunk 3``, and two processes on two CPU devices
+    """One process on one CPU device with ``--chunk 2``, and two processes on two CPU devices
     each with ``--chunk 5`` (one chunk of each size per process, its groups 0-3 and 4 (padded to
     4 lanes) solved at once on the process's two devices), store the same bits in every variable,
     every configuration; both pad the runs of n = 2 after their own entries. Control: the same
@@ -170,7 +170,7 @@ def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
     for ds in (split_single, two):
         _assert_padded_after_own_entries(ds)
     control = tmp_path / "lanes3.zarr"
-    assert cli.main(["sweep", str(control), *TINY, "--n", "3", "--lanes", "3", "--chunk", "3"]) == 0
+    assert cli.main(["sweep", str(control), *TINY, "--n", "3", "--lanes", "3", "--chunk", "2"]) == 0
     V3, V = xr.open_zarr(control)["V"].values.squeeze(), split_single["V"].sel(n=3).values.squeeze()
     assert not np.array_equal(V3, V)
     np.testing.assert_allclose(V3, V, rtol=1e-6, atol=1e-9)
@@ -183,7 +183,7 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
     test's) completes the store, bit for bit that of an uninterrupted one-process sweep."""
     out = tmp_path / "sw.zarr"
     port = _port()
-    grid = [*SPLIT, "--chunk", "3", "--peer-timeout", "120"]
+    grid = [*SPLIT, "--chunk", "2", "--peer-timeout", "120"]
     procs = [_launch(out, port, pid, [], grid) for pid in (0, 1)]
     try:
         deadline = time.monotonic() + 300
@@ -198,8 +198,8 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
             if p.poll() is None:
                 p.kill()
     assert [p.returncode for p in procs] == [1, 130], results
-    assert "sweep: store INCOMPLETE: 6 of 10 runs written" in results[0][0], results[0]
+    assert "sweep: store INCOMPLETE: 5 of 10 runs written" in results[0][0], results[0]
     done = _done(out)
-    assert done.sum() == 6  # process 0's chunks (k = 0, 2: seeds 0-2 of both sizes)
-    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "3"]) == 0
+    assert done.sum() == 5  # process 0's chunks k = 0, 2, 4: seeds 0-1 and 4 of n = 2, 2-3 of n = 3
+    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "2"]) == 0
     _assert_same(out, split_single)
