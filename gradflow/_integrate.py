@@ -464,6 +464,7 @@ def integrate_batch(
     field: Callable | None = None,
     devices: Sequence[jax.Device] | None = None,
     steady: bool | None = None,
+    fixed_width: bool = False,
 ) -> Solution:
     """:func:`integrate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -472,9 +473,13 @@ def integrate_batch(
     data set or teacher per lane). Every array of the returned :class:`gradflow.Solution` gains
     a leading axis ``B``; ``status`` is per lane. Lanes are solved in rounds (lanes still
     running after a round continue alone) and sharded over ``devices`` (default all of
-    ``jax.local_devices()``), as in :func:`gradflow.simulate_batch`; results do not depend on the
-    number of devices (on a CPU, ``JAX_NUM_CPU_DEVICES`` = the number of cores gives one device per
-    core; see :func:`gradflow.simulate_batch`). Shapes and static settings are compiled once per process.
+    ``jax.local_devices()``), as in :func:`gradflow.simulate_batch`; results on another number of
+    devices, or of a lane in another batch, agree within the tolerances, not bit for bit (on a CPU,
+    ``JAX_NUM_CPU_DEVICES`` = the number of cores gives one device per core; see
+    :func:`gradflow.simulate_batch`). ``fixed_width`` (default ``False``): every round runs all ``B``
+    lanes, so a lane's result is bit for bit the same whichever other lanes share its batch, for the
+    same ``B`` and ``devices`` (as in :func:`gradflow.simulate_batch`). Shapes and static settings
+    are compiled once per process.
 
     **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``
     without the batch axis, or a bad ``devices``.
@@ -487,5 +492,5 @@ def integrate_batch(
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,
-                     settings.replace(args_batched=bool(args_batched)), devices=devices)
+                     settings.replace(args_batched=bool(args_batched), fixed_width=bool(fixed_width)), devices=devices)
     return _solution(out, ts, _meta(settings, rest_stop), batch_shape=(B,))

@@ -264,6 +264,7 @@ def simulate_batch(
     model: str | AbstractModel = "value-softmax",
     max_steps: int = 16384,
     devices: Sequence[jax.Device] | None = None,
+    fixed_width: bool = False,
 ) -> Trajectory:
     """:func:`simulate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -274,7 +275,8 @@ def simulate_batch(
 
     Lanes are sharded over ``devices`` (default: all of ``jax.local_devices()``, e.g. every GPU of
     this host; under ``jax.distributed`` each process solves on its own devices) with
-    ``jax.sharding``; results do not depend on the number of devices. On a CPU, JAX has one
+    ``jax.sharding``; results on another number of devices, or of a lane in another batch, agree
+    within the tolerances, not bit for bit (the compiled programs differ in shape). On a CPU, JAX has one
     device unless told otherwise, and a batch then runs on one core: set the environment variable
     ``JAX_NUM_CPU_DEVICES`` to the number of cores (or call
     ``jax.config.update("jax_num_cpu_devices", n)`` before the first JAX computation) to get one
@@ -283,6 +285,12 @@ def simulate_batch(
     so one slow lane does not hold the whole batch. Shapes (``B``, ``d``, ``n``, ``len(ts)``)
     and solver settings other than the tolerances are compiled once per process: ``t1``,
     ``ts`` values, ``rtol``, ``atol`` and the initial states can change without recompiling.
+
+    ``fixed_width`` (default ``False``): every round, not only the first, runs all ``B`` lanes
+    (the finished ones as padding), so each lane's result is bit for bit the same whichever
+    other lanes share its batch, for the same ``B`` (at most :data:`gradflow._engine.batch.LANES_PER_SOLVE` per device) and
+    ``devices`` (one device: any one); ``gradflow sweep`` runs its groups of seeds so. It costs
+    the padding's work in rounds after the first.
 
     **Raises:** as :func:`simulate`, plus a mismatch of batch sizes or an empty ``devices``.
     """
@@ -305,5 +313,5 @@ def simulate_batch(
     settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
     devices = _batch.check_devices(devices)
     out = _batch.run(value_softmax_flow(first, settings.solver == "auto"), fargs, (V0s, a0s),
-                     settings.replace(args_batched=loss_batched), devices=devices)
+                     settings.replace(args_batched=loss_batched, fixed_width=bool(fixed_width)), devices=devices)
     return _trajectory(out, ts, _meta(mdl, first, settings), batch_shape=(V0s.shape[0],))

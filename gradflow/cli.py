@@ -174,7 +174,9 @@ def _init_distributed(args) -> bool:
     import jax
 
     jax.distributed.initialize(coordinator_address=args.coordinator, num_processes=args.num_processes,
-                               process_id=args.process_id, initialization_timeout=args.init_timeout)
+                               process_id=args.process_id, initialization_timeout=args.init_timeout,
+                               **({} if args.peer_timeout is None else dict(heartbeat_timeout_seconds=args.peer_timeout,
+                                                                            shutdown_timeout_seconds=args.peer_timeout)))
     return True
 
 
@@ -206,7 +208,7 @@ def _cmd_sweep(args) -> int:
     _cpu_devices(args.cpu_devices, distributed=args.distributed or args.coordinator is not None)
     distributed = _init_distributed(args)  # before anything starts a JAX backend
     spec = SweepSpec(
-        seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, loss=args.loss, n=args.n,
+        seed_start=args.seeds[0], seed_stop=args.seeds[1], chunk=args.chunk, lanes=args.lanes, loss=args.loss, n=args.n,
         normalization=args.normalization, t1=args.t1, rtol=args.rtol, init_scale=args.init_scale,
         points=args.points, solver=args.solver, max_steps=args.max_steps,
     )
@@ -463,13 +465,18 @@ def _parser() -> argparse.ArgumentParser:
         help="seeds x configs grid into one zarr store (xarray.open_zarr reads it); resumable",
         description="Comma-separated values of --loss, --n, --normalization, --t1, --rtol, --init-scale form a grid; "
                     "every seed of every configuration is one run (V0 = init_scale*randn, a0 = 0, a random unit "
-                    "teacher, as in the paper's Fig. 2). One simulate_batch per chunk of seeds, one zarr chunk each; "
+                    "teacher, as in the paper's Fig. 2). One zarr chunk per chunk of seeds, solved as simulate_batch "
+                    "calls of --lanes seeds (a seed's numbers do not depend on --chunk, the devices or the processes); "
                     "a rerun computes only the chunks not yet written. Dims: seed, loss_fn, n, normalization, t1, "
                     "rtol, init_scale, t, dim, token.",
     )
     w.add_argument("out", help="the zarr store (a folder) to create, or to resume")
     w.add_argument("--seeds", type=_seeds, default=(0, 64), help="START:STOP (default 0:64)")
-    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one batch, one zarr chunk (default 64)")
+    w.add_argument("--chunk", type=int, default=64, help="seeds per chunk: one zarr chunk (default 64)")
+    w.add_argument("--lanes", type=int, default=16,
+                   help="seeds per solve: a chunk is solved in groups of this many seeds, one device each, the last "
+                        "group padded (default 16; a chunk a multiple of it wastes nothing). A seed's numbers depend "
+                        "on it, not on --chunk, the processes or the devices")
     w.add_argument("--loss", type=_grid(str, "--loss"), default=("logistic",), help="logistic,square (default logistic)")
     w.add_argument("--n", type=_grid(int, "--n"), default=(8,), help="sizes n = d (default 8)")
     w.add_argument("--normalization", type=_grid(str, "--normalization"), default=("softmax",), help="maps (default softmax)")
@@ -495,6 +502,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="join jax.distributed with the settings a cluster launcher (SLURM, Open MPI, ...) exports")
     d.add_argument("--init-timeout", type=_count("init-timeout", 1), default=300,
                    help="seconds to wait for every process to join (default 300)")
+    d.add_argument("--peer-timeout", type=_count("peer-timeout", 1), default=None,
+                   help="seconds after which a silent process counts as dead, and the most the final barrier waits "
+                        "for the others (default: JAX's, 100 and 300); a process that then finds the store "
+                        "incomplete exits 1")
     w.set_defaults(func=_cmd_sweep)
     return p
 

@@ -25,6 +25,18 @@ are accepted; the loss is ``LogisticTeacher(β*)`` (``loss="logistic"``) or ``Sq
 Across processes (``jax.distributed``, one process per host): :func:`run_sweep` with
 ``process_index``/``process_count`` (``gradflow sweep --coordinator ... --num-processes N
 --process-id I``); see the docs page "Labelled data and sweeps".
+
+**The same bits however the sweep is split.** A chunk is solved as groups of ``spec.lanes``
+consecutive seeds (:func:`_groups`, the last one padded), each group one
+:func:`simulate_batch` on one device with ``fixed_width=True`` (every round runs all
+``spec.lanes`` rows), the devices of a process solving groups in parallel threads. Every program
+a seed runs in then has the same shape whatever else is computed, so a seed's stored state is
+bit for bit the same for any number of processes, devices per process and ``chunk``, and any
+resume, for the same spec on the same machine and library versions. Not bit-equal (the compiled
+programs differ, and the step-size control carries a last-bit difference into differences of the
+order of the tolerance): another ``lanes``, another machine or jax/jaxlib/``XLA_FLAGS``;
+agreement there is within the tolerances (a batch sharded over the devices, as
+``simulate_batch`` runs one by default, is another program than the same lanes on one device).
 """
 
 from __future__ import annotations
@@ -42,7 +54,9 @@ import jax.numpy as jnp
 
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int
+from ._engine.batch import LANES_PER_SOLVE
 from ._engine.settings import default_ts
+from ._engine.stiff import blas_threads
 from ._engine.solvers import SOLVERS
 from ._simulate import simulate_batch
 from .losses import LogisticTeacher, SquareLoss
@@ -66,13 +80,20 @@ class SweepSpec:
     - ``loss``: list of ``"logistic"``/``"square"``; ``n``: list of sizes (``d = n``);
       ``normalization``: list of map names; ``t1``: list of flow horizons; ``rtol``: list of
       tolerances (``atol = rtol/100``); ``init_scale``: list of scales of ``V0``.
-    - ``chunk``: seeds per chunk (one batch, one zarr chunk); ``points``: save points per run
+    - ``chunk``: seeds per chunk (one zarr chunk, one region write); ``lanes``: seeds per solve
+      (a chunk is solved as groups of ``lanes`` consecutive seeds, the last one padded; default
+      16, at most :data:`gradflow._engine.batch.LANES_PER_SOLVE`); ``points``: save points per run
       (:func:`gradflow._engine.settings.default_ts`); ``solver``, ``max_steps`` as in :func:`simulate`.
+
+    A seed's stored state depends on the spec, not on ``chunk``'s split of it into groups
+    of another composition, the number of processes or the devices per process (see the module's
+    docstring); ``lanes`` is the one field besides the grid that changes it, within the tolerances.
     """
 
     seed_start: int = 0
     seed_stop: int = 64
     chunk: int = 64
+    lanes: int = 16
     loss: tuple = ("logistic",)
     n: tuple = (8,)
     normalization: tuple = ("softmax",)
@@ -87,8 +108,10 @@ class SweepSpec:
     def __post_init__(self):
         if not (0 <= self.seed_start < self.seed_stop):
             raise bad_arg("seeds", f"{self.seed_start}:{self.seed_stop}", "START:STOP with 0 ≤ START < STOP")
-        for key in ("chunk", "points", "max_steps"):
+        for key in ("chunk", "lanes", "points", "max_steps"):
             check_positive_int(key, getattr(self, key))
+        if self.lanes > LANES_PER_SOLVE:
+            raise bad_arg("lanes", self.lanes, f"at most {LANES_PER_SOLVE} (seeds per solve on one device)")
         for value in self.loss:
             if value not in LOSSES:
                 raise bad_arg("loss", value, f"one of {list(LOSSES)}")
@@ -159,29 +182,69 @@ _FLOAT_VARS = {  # name -> dims after the grid axes and `seed`
 _OTHER_VARS = {"valid": (("t",), "bool"), "num_steps": ((), "int64"), "status": ((), "<U16"), "done": ((), "bool")}
 
 
-def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int, devices=None) -> dict:
-    """Solve one chunk (on ``devices``; default all of this process's); its arrays padded to the
-    grid's largest ``n`` (NaN)."""
-    seeds = np.arange(lo, hi)
+def _groups(lo: int, hi: int, lanes: int) -> list[np.ndarray]:
+    """The seeds ``lo ≤ seed < hi`` of one chunk as solves of exactly ``lanes`` seeds each:
+    consecutive seeds, the last group padded by repeating its last seed (the padding's results
+    are dropped)."""
+    groups = []
+    for start in range(lo, hi, lanes):
+        seeds = np.arange(start, min(start + lanes, hi))
+        groups.append(np.concatenate([seeds, np.full(lanes - seeds.size, seeds[-1])]))
+    return groups
+
+
+def _solve_group(spec: SweepSpec, cfg: dict, seeds: np.ndarray, device) -> dict:
+    """:func:`simulate_batch` of the draws of ``seeds`` on ``device`` alone (made this thread's
+    default device), every round on all rows (``fixed_width``): each seed's result depends on
+    the seed, the spec and ``len(seeds)`` only, bit for bit (not on the other seeds, the device,
+    the process)."""
     V0s, a0s, losses = _draws(cfg, seeds)
-    ts = default_ts(cfg["t1"], spec.points)
-    traj = simulate_batch(
-        losses, V0s, a0s, t1=cfg["t1"], ts=ts, rtol=cfg["rtol"], atol=cfg["rtol"] / 100,
-        normalization=cfg["normalization"], solver=spec.solver, max_steps=spec.max_steps,
-        devices=list(devices) if devices is not None else jax.local_devices(),
-    )
+    with jax.default_device(device):
+        traj = simulate_batch(
+            losses, V0s, a0s, t1=cfg["t1"], ts=default_ts(cfg["t1"], spec.points), rtol=cfg["rtol"],
+            atol=cfg["rtol"] / 100, normalization=cfg["normalization"], solver=spec.solver, max_steps=spec.max_steps,
+            devices=[device], fixed_width=True)
+    out = {name: np.asarray(getattr(traj, name)) for name in _FLOAT_VARS if name != "beta_star"}
+    out["beta_star"] = np.asarray([np.asarray(loss.beta_star) for loss in losses])
+    out["valid"] = np.asarray(traj.valid)
+    out["num_steps"] = np.asarray(traj.num_steps).astype(np.int64)
+    out["status_code"] = np.asarray(traj.status_code)
+    return out
+
+
+def _run_chunk(spec: SweepSpec, cfg: dict, lo: int, hi: int, devices=None) -> dict:
+    """Solve one chunk: its groups of ``spec.lanes`` seeds (:func:`_groups`), each on one device
+    of ``devices`` (default: all of this process's), the devices in parallel (one thread each);
+    its arrays padded to the grid's largest ``n`` (NaN)."""
+    devices = list(devices) if devices is not None else jax.local_devices()
+    groups = _groups(lo, hi, spec.lanes)
+    if len(devices) == 1 or len(groups) == 1:
+        parts = [_solve_group(spec, cfg, seeds, devices[0]) for seeds in groups]
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def work(k):  # device k solves groups k, k + len(devices), ...
+            return [_solve_group(spec, cfg, groups[g], devices[k]) for g in range(k, len(groups), len(devices))]
+
+        # BLAS threads held for the whole chunk: each group's own limit, entered and left at other
+        # times in each thread, would otherwise restore the default under a running solve
+        with blas_threads(spec.solver), ThreadPoolExecutor(len(devices)) as pool:
+            per_device = list(pool.map(work, range(len(devices))))
+        parts = [per_device[g % len(devices)][g // len(devices)] for g in range(len(groups))]
+    kept = hi - lo
+    arrays = {name: np.concatenate([p[name] for p in parts])[:kept] for name in parts[0]}
     n, n_max = int(cfg["n"]), max(spec.n)
     out = {}
     for name, dims in _FLOAT_VARS.items():
-        arr = np.asarray([np.asarray(loss.beta_star) for loss in losses]) if name == "beta_star" else np.asarray(getattr(traj, name))
+        arr = arrays[name]
         pad = [(0, 0)] * arr.ndim
         for axis, dim in enumerate(dims, start=1):
             if dim in ("dim", "token"):
                 pad[axis] = (0, n_max - n)
         out[name] = np.pad(arr.astype(np.float64), pad, constant_values=np.nan)
-    out["valid"] = np.asarray(traj.valid)
-    out["num_steps"] = np.asarray(traj.num_steps).astype(np.int64)
-    out["status"] = np.asarray([STATUS[int(c)] for c in np.asarray(traj.status_code)], dtype="<U16")
+    out["valid"] = arrays["valid"]
+    out["num_steps"] = arrays["num_steps"]
+    out["status"] = np.asarray([STATUS[int(c)] for c in arrays["status_code"]], dtype="<U16")
     return out
 
 

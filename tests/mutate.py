@@ -64,6 +64,8 @@ DEFAULT_FILES = (
     "tests/test_params_end.py",
     "tests/test_chebyshev.py",
     "tests/test_result_fields.py",
+    "tests/test_sweep.py",
+    "tests/test_sweep_distributed.py",
 )
 """The default test files the mutations must fail (run with the default ``-m 'not slow'``)."""
 
@@ -187,6 +189,32 @@ MUTATIONS = (
              '"V_end": ("dim", "token"), "a_end": ("token",), "Gamma_end": (), ', "",
              "the sweep store leaves the end state V_end, a_end, Gamma_end out",
              "tests/test_result_fields.py::test_sweep_store_keeps_every_field"),
+    # ---- sweeps (gradflow/sweep.py, gradflow/cli.py)
+    Mutation("sweep_chunk_one_batch", "gradflow/sweep.py",
+             "    groups = _groups(lo, hi, spec.lanes)\n", "    groups = [np.arange(lo, hi)]\n",
+             "a chunk solved as one batch of --chunk lanes (a seed's bits then depend on --chunk)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_last_group_unpadded", "gradflow/sweep.py",
+             "groups.append(np.concatenate([seeds, np.full(lanes - seeds.size, seeds[-1])]))", "groups.append(seeds)",
+             "a chunk's last group solved with fewer lanes than --lanes (another program shape)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_group_sharded", "gradflow/sweep.py",
+             "devices=[device], fixed_width=True)", "devices=jax.local_devices(), fixed_width=True)",
+             "each group sharded over all of the process's devices (bits depend on the devices per process)",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_groups_reassembled_out_of_order", "gradflow/sweep.py",
+             "parts = [per_device[g % len(devices)][g // len(devices)] for g in range(len(groups))]",
+             "parts = [per_device[(g + 1) % len(devices)][g // len(devices)] for g in range(len(groups))]",
+             "the groups solved on a process's several devices put back in the wrong order",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_pads_before_own_entries", "gradflow/sweep.py",
+             "pad[axis] = (0, n_max - n)", "pad[axis] = (n_max - n, 0)",
+             "the runs of a smaller n padded with NaN before their own rows and columns",
+             "tests/test_sweep_distributed.py::test_a_seed_is_bit_equal_however_the_sweep_is_split"),
+    Mutation("sweep_dead_peer_exit_0", "gradflow/cli.py",
+             "    return 0 if done.all() else 1\n", "    return 0\n",
+             "a distributed sweep exits 0 with the store incomplete (a peer died or stopped)",
+             "tests/test_sweep_distributed.py::test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store"),
 )
 """Mutations outside the integrator's modules."""
 
@@ -406,6 +434,17 @@ ENGINE_MUTATIONS = (
              "if spec(code).implicit and not limited:", "if False:",
              "implicit rounds of a run keep OpenBLAS's default threads",
              "tests/test_stiff.py::test_auto_limits_blas_threads_from_its_first_implicit_round_only"),
+    Mutation("fixed_width_rounds_bucketed", "gradflow/_engine/batch.py",
+             "        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,\n"
+             "        settings.fixed_width)",
+             "        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,\n"
+             "        False)",
+             "fixed_width ignored after the first round: implicit rounds run buckets of the pending lanes",
+             "tests/test_performance.py::test_fixed_width_gives_a_lane_the_same_bits_whichever_lanes_share_its_batch"),
+    Mutation("bucket_not_rounded_to_devices", "gradflow/_engine/batch.py",
+             "    return -(-size // n_dev) * n_dev\n", "    return size\n",
+             "a bucket of pending lanes not rounded up to a multiple of the device count",
+             "tests/test_sweep.py::test_sharded_batch_rounds_a_lone_lanes_bucket_to_the_device_count"),
     Mutation("fused_result_stale", "gradflow/_engine/batch.py",
              "            fused = None\n", "            pass\n",
              "a round run in parts after a fused round returns the fused round's stale result",

@@ -287,6 +287,42 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeyp
     np.testing.assert_allclose(bound.Gamma, np.stack([s.Gamma for s in singles]), rtol=1e-7)
 
 
+def test_fixed_width_gives_a_lane_the_same_bits_whichever_lanes_share_its_batch(monkeypatch):
+    """A stiff lane (a quadratic with curvatures up to 1e5: ``auto`` goes implicit after its
+    first explicit round) batched with a mild lane (which ends in the first round, so the stiff
+    lane's implicit rounds would run alone) and with another stiff lane (implicit rounds 2 lanes
+    wide). With ``fixed_width`` every round is 2 rows wide and the stiff lane's state is bit for
+    bit the same in both batches; control: without it, its implicit rounds run 1 lane (no vmap)
+    in one batch and 2 in the other, and its bits differ (within the tolerance)."""
+    import jax.numpy as jnp
+
+    from gradflow._engine.solvers import spec
+
+    widths = []
+    real = _batch._solve_jit
+    monkeypatch.setattr(_batch, "_solve_jit", lambda *a: widths.append(
+        (a[5].solver, jax.tree.leaves(a[2])[0].shape[0])) or real(*a))
+    loss = lambda p, lam: 0.5 * jnp.sum(lam * (p - 1.0) ** 2) + 2.5e-4 * jnp.sum(p ** 4)  # noqa: E731
+    curv = {"stiff": [1.0, 3e3, 1e5], "stiff2": [2.0, 1e4, 5e4], "mild": [1.0, 1.0, 1.0]}
+
+    def lane0(names, fixed_width):
+        widths.clear()
+        sol = gradflow.integrate_batch(loss, jnp.full((2, 3), 0.5), t1=30.0, ts=np.geomspace(1e-2, 30.0, 4),
+                                       args=jnp.asarray([curv[k] for k in names]), args_batched=True,
+                                       fixed_width=fixed_width)
+        assert sol.status == ["ok", "ok"]
+        return np.asarray(jax.tree.leaves(sol.params)[0])[0], int(np.asarray(sol.num_steps)[0]), list(widths)
+
+    implicit = lambda ws: {w for code, w in ws if spec(code).implicit}  # noqa: E731
+    (x, steps_x, _), (y, steps_y, _) = lane0(["stiff", "mild"], True), lane0(["stiff", "stiff2"], True)
+    assert steps_x == steps_y > _stiff.EXPLICIT_ROUND
+    np.testing.assert_array_equal(x, y)
+    (u, _, wu), (v, _, wv) = lane0(["stiff", "mild"], False), lane0(["stiff", "stiff2"], False)
+    assert implicit(wu) == {1} and implicit(wv) == {2}, (wu, wv)  # traced here: programs not compiled above
+    assert not np.array_equal(u, v)
+    np.testing.assert_allclose(u, v, rtol=1e-6)
+
+
 def test_the_field_is_traced_once_per_program_with_the_same_results(monkeypatch):
     """A single stiff ``integrate`` with a quadrature (Dopri8 and Rodas4 rounds, the detector)
     traces the user's loss and integrand a few times each: every site evaluates them through

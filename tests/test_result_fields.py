@@ -345,9 +345,13 @@ def test_sweep_store_keeps_every_field(tmp_path):
     sweep_mod.run_sweep(spec, tmp_path / "sw.zarr", progress=False)
     ds = sweep_mod.load_sweep(tmp_path / "sw.zarr").squeeze(["loss_fn", "n", "normalization", "t1", "rtol", "init_scale"])
     draws = [sweep_mod.fig2_init(seed, 3, 0.1) for seed in range(2, 5)]
-    direct = gradflow.simulate_batch([gradflow.LogisticTeacher(b) for _, _, b in draws], np.stack([v for v, _, _ in draws]),
-                                     np.zeros((3, 3)), t1=1e3, ts=ds["time"].values, rtol=1e-8, atol=1e-10,
-                                     max_steps=spec.max_steps, devices=jax.local_devices())
+    # as the sweep solves them: one group of spec.lanes seeds (the last one repeated), on one device,
+    # every round on all rows (docs: data, "The same numbers however the sweep is split")
+    group = draws + [draws[-1]] * (spec.lanes - len(draws))
+    direct = gradflow.simulate_batch([gradflow.LogisticTeacher(b) for _, _, b in group], np.stack([v for v, _, _ in group]),
+                                     np.zeros((len(group), 3)), t1=1e3, ts=ds["time"].values, rtol=1e-8, atol=1e-10,
+                                     max_steps=spec.max_steps, devices=jax.local_devices()[:1],
+                                     fixed_width=True)[:3]
     stored = [name for name in field_names(gradflow.Trajectory) if name not in SWEEP_ELSEWHERE]
     assert set(ds.data_vars) == {*stored, "status", "beta_star", "done"}
     fields = {name: ds[name].values for name in stored}

@@ -98,7 +98,8 @@ def test_sweep_draws_are_fig2s_draws():
 
 
 @pytest.mark.parametrize("argv", [["--seeds", "5:1"], ["--loss", "hinge"], ["--t1", "abc"], ["--seeds", "x"],
-                                  ["--normalization", "l1"], ["--max-steps", "0"], ["--rtol", "2"], ["--chunk", "0"]])
+                                  ["--normalization", "l1"], ["--max-steps", "0"], ["--rtol", "2"], ["--chunk", "0"],
+                                  ["--lanes", "0"], ["--lanes", "257"]])
 def test_sweep_bad_arguments_exit_2(tmp_path, argv):
     with pytest.raises(SystemExit) as exc:
         code = cli.main(["sweep", str(tmp_path / "sw"), "--no-cache", *argv])
@@ -214,7 +215,8 @@ def test_sweep_cpu_devices_default_and_precedence(monkeypatch, capsys):
 @pytest.mark.slow  # two fresh processes, each compiling a batched solve
 def test_sweep_spreads_lanes_over_cpu_devices(tmp_path):
     """In a fresh process the sweep runs on ``--cpu-devices 2`` devices (its summary line says
-    so) and writes the same runs as on one device, far inside the tolerance."""
+    so) and writes the same runs as on one device, bit for bit (each group of ``--lanes`` seeds
+    on one device)."""
     import xarray as xr
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,10 +226,61 @@ def test_sweep_spreads_lanes_over_cpu_devices(tmp_path):
     for k in (1, 2):
         out = tmp_path / f"k{k}.zarr"
         r = subprocess.run([sys.executable, "-m", "gradflow.cli", "sweep", str(out), "--seeds", "0:6", "--chunk", "6",
-                            "--n", "4", "--t1", "1e6", "--points", "8", "--cpu-devices", str(k), "--no-progress"],
+                            "--n", "4", "--t1", "1e6", "--points", "8", "--lanes", "3", "--cpu-devices", str(k),
+                            "--no-progress"],
                            cwd=root, env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr[-3000:]
         assert f"on {k} CPU device(s)" in r.stdout, r.stdout
         stores[k] = xr.open_zarr(out).load()
     a1, a2 = (np.asarray(stores[k]["a"]) for k in (1, 2))
-    assert np.all(np.isfinite(a1)) and np.max(np.abs(a1 - a2)) <= 1e-8 * np.max(np.abs(a1))
+    assert np.all(np.isfinite(a1))
+    for name in ("V", "a", "u", "Gamma", "t_end", "num_steps"):
+        np.testing.assert_array_equal(stores[1][name].values, stores[2][name].values, err_msg=name)
+
+
+_BUCKETS = r'''
+import json
+import numpy as np, jax
+jax.config.update("jax_enable_x64", True)
+import gradflow
+from gradflow._engine import batch
+sizes, real = [], batch._lanes
+def spy(fields, fargs, pending, B, args_batched, devices, pad_all=False):
+    out = real(fields, fargs, pending, B, args_batched, devices, pad_all)
+    sizes.append((int(pending.size), int(out[0].size)))
+    return out
+batch._lanes = spy
+rng = np.random.RandomState(5)
+V0s = np.stack([s * rng.randn(2, 2) for s in (0.1, 1.0, 3.0)])
+losses = [gradflow.LogisticTeacher(b / np.linalg.norm(b)) for b in rng.randn(3, 2)]
+ts = np.geomspace(1e-2, 1e4, 5)
+run = lambda: gradflow.simulate_batch(losses, V0s, np.zeros((3, 2)), t1=1e4, ts=ts, devices=jax.devices())
+first = run()
+batch.ROUND_STEPS = int(np.sort(np.asarray(first.num_steps))[-2])  # the longest lane goes on alone
+sizes.clear()
+out = run()
+print(json.dumps(dict(devices=len(jax.devices()), sizes=sizes, status=list(out.status), a=np.asarray(out.a).tolist(),
+                      V0s=V0s.tolist(), betas=[np.asarray(l.beta_star).tolist() for l in losses], ts=ts.tolist())))
+'''
+
+
+def test_sharded_batch_rounds_a_lone_lanes_bucket_to_the_device_count():
+    """On 2 CPU devices (a fresh process), a batch of 3 lanes whose longest lane goes on alone
+    into a second round (``ROUND_STEPS`` set just below its steps): that round's bucket of 1
+    pending lane is 2 rows (one per device; 1 row cannot be sharded over 2 devices). Every lane
+    agrees with its own ``simulate`` on one device (no rounds, no sharding) within the tolerance."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env.update(JAX_NUM_CPU_DEVICES="2", JAX_PLATFORMS="cpu", GRADFLOW_NO_CACHE="1",
+               PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, "-c", _BUCKETS], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    assert res["devices"] == 2 and res["status"] == ["ok"] * 3
+    assert [1, 2] in res["sizes"], res["sizes"]  # the lone lane's round, on both devices
+    for V0, beta, a in zip(res["V0s"], res["betas"], res["a"]):
+        one = gradflow.simulate(gradflow.LogisticTeacher(np.asarray(beta)), np.asarray(V0), np.zeros(2), t1=1e4,
+                                ts=np.asarray(res["ts"]))
+        np.testing.assert_allclose(np.asarray(a), one.a, rtol=1e-6, atol=1e-9)

@@ -1,6 +1,10 @@
 """``gradflow sweep`` across processes on JAX's multi-controller runtime (``jax.distributed``),
-two processes on this machine's CPU: the store equals a single-process sweep bit for bit, and a
-process killed midway, restarted, completes it (slow: ``python -m pytest -m slow``)."""
+two processes on this machine's CPU (loopback only): a seed's stored state is bit for bit the
+same on one process and on two, with one or two CPU devices each and another ``--chunk``
+(control: another ``--lanes`` changes the bits); the runs of a smaller ``n`` are padded after
+their own entries; a peer gone early gives exit status 1, not 0, and the store it leaves is completed
+on one process to the same bits. Slow (``python -m pytest -m slow``): the 64-seed versions, and a
+process killed midway, restarted, completes the store."""
 
 import os
 import signal
@@ -27,18 +31,25 @@ def _port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(out, port, pid, seeds):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
+def _launch(out, port, pid, seeds, grid=GRID):
+    """Process ``pid`` of 2 of the sweep ``seeds + grid`` into ``out``, coordinated on 127.0.0.1:``port``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
+    env.update(PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
     return subprocess.Popen(
-        [sys.executable, "-m", "gradflow.cli", "sweep", str(out), *seeds, *GRID, "--coordinator", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gradflow.cli", "sweep", str(out), *seeds, *grid, "--coordinator", f"127.0.0.1:{port}",
          "--num-processes", "2", "--process-id", str(pid), "--init-timeout", "240"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _both(out, seeds):
+def _both(out, seeds, grid=GRID):
     port = _port()
-    procs = [_launch(out, port, pid, seeds) for pid in (0, 1)]
-    results = [p.communicate(timeout=600) for p in procs]
+    procs = [_launch(out, port, pid, seeds, grid) for pid in (0, 1)]
+    try:
+        results = [p.communicate(timeout=600) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
     return [p.returncode for p in procs], results
 
 
@@ -113,3 +124,82 @@ def test_partial_distributed_arguments_are_refused(tmp_path, capsys):
                      "--process-id", "2", "--no-cache"]) == 2
     assert "--process-id: got 2" in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()
+
+
+# ---- default run: tiny specs (two sizes, 5 seeds, 3 save points); about a minute in all
+TINY = ["--seeds", "0:5", "--t1", "1e3", "--points", "3", "--no-progress", "--no-cache"]
+SPLIT = [*TINY, "--n", "2,3", "--lanes", "4"]  # groups of 4 seeds: the last group of every chunk padded
+
+
+@pytest.fixture(scope="module")
+def split_single(tmp_path_factory):
+    """:data:`SPLIT` on this process alone, on its one CPU device, ``--chunk 2`` (groups: seeds
+    0-1, 2-3 and 4, each padded to 4 lanes)."""
+    out = tmp_path_factory.mktemp("split") / "single.zarr"
+    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "2"]) == 0
+    return xr.open_zarr(out).load()
+
+
+def _assert_padded_after_own_entries(ds):
+    """The runs of n = 2 in a store padded to n = 3: their own rows and columns finite (weights
+    summing to 1), the third row and column NaN; the runs of n = 3 finite throughout."""
+    small, large = ds.sel(n=2).squeeze(), ds.sel(n=3).squeeze()
+    s, V = small["s"].values, small["V"].values  # (seed, t, token), (seed, t, dim, token)
+    assert np.isfinite(s[..., :2]).all() and np.isnan(s[..., 2]).all()
+    np.testing.assert_allclose(s[..., :2].sum(-1), 1.0, rtol=1e-12)
+    assert np.isfinite(V[..., :2, :2]).all() and np.isnan(V[..., 2, :]).all() and np.isnan(V[..., :, 2]).all()
+    assert np.isfinite(small["beta_star"].values[:, :2]).all() and np.isnan(small["beta_star"].values[:, 2]).all()
+    assert np.isfinite(large["V"].values).all() and np.isfinite(large["s"].values).all()
+
+
+def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
+    """One process on one CPU device with ``--chunk 2``, and two processes on two CPU devices
+    each with ``--chunk 5`` (one chunk of each size per process, its groups 0-3 and 4 (padded to
+    4 lanes) solved at once on the process's two devices), store the same bits in every variable,
+    every configuration; both pad the runs of n = 2 after their own entries. Control: the same
+    seeds solved 3 lanes at a time (``--lanes 3``, another batch composition) differ in V's last
+    bits, within the tolerance: the comparison sees it."""
+    out = tmp_path / "two.zarr"
+    codes, results = _both(out, [], [*SPLIT, "--chunk", "5", "--cpu-devices", "2"])
+    assert codes == [0, 0], results
+    assert all("1 chunks computed" in r[0] and "on 2 CPU device(s)" in r[0] for r in results), results
+    two = xr.open_zarr(out).load()
+    for name in VARIABLES:
+        np.testing.assert_array_equal(two[name].values, split_single[name].values, err_msg=name)
+    assert two["done"].values.all() and (two["status"].values == "ok").all()
+    for ds in (split_single, two):
+        _assert_padded_after_own_entries(ds)
+    control = tmp_path / "lanes3.zarr"
+    assert cli.main(["sweep", str(control), *TINY, "--n", "3", "--lanes", "3", "--chunk", "2"]) == 0
+    V3, V = xr.open_zarr(control)["V"].values.squeeze(), split_single["V"].sel(n=3).values.squeeze()
+    assert not np.array_equal(V3, V)
+    np.testing.assert_allclose(V3, V, rtol=1e-6, atol=1e-9)
+
+
+def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store(tmp_path, split_single):
+    """Process 1 is interrupted (SIGINT, as Ctrl-C) once the store exists, before it has written
+    a chunk: it exits 130; process 0 writes its own chunks, passes the final barrier and, finding
+    the store incomplete, says so and exits 1 (not 0). The same sweep resumed on one process (the
+    test's) completes the store, bit for bit that of an uninterrupted one-process sweep."""
+    out = tmp_path / "sw.zarr"
+    port = _port()
+    grid = [*SPLIT, "--chunk", "2", "--peer-timeout", "120"]
+    procs = [_launch(out, port, pid, [], grid) for pid in (0, 1)]
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / ".zattrs").exists():
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                [p.communicate() for p in procs if p.poll() is not None]
+            time.sleep(0.02)
+        procs[1].send_signal(signal.SIGINT)
+        results = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [1, 130], results
+    assert "sweep: store INCOMPLETE: 5 of 10 runs written" in results[0][0], results[0]
+    done = _done(out)
+    assert done.sum() == 5  # process 0's chunks k = 0, 2, 4: seeds 0-1 and 4 of n = 2, 2-3 of n = 3
+    assert cli.main(["sweep", str(out), *SPLIT, "--chunk", "2"]) == 0
+    _assert_same(out, split_single)

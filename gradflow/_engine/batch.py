@@ -4,7 +4,8 @@ A *lane* is one run (one initial state, and one set of arguments if they are bat
 solved together under ``vmap`` (:func:`_per_lane`) in rounds of at most :data:`ROUND_STEPS` steps;
 after a round only the lanes still running (status ``max_steps`` of the round) take part in the
 next one, gathered into a bucket of a power-of-two size (in a compile-bound batch, an explicit
-round instead runs them padded to all lanes through the first round's program: :func:`_run_rounds`);
+round instead runs them padded to all lanes through the first round's program: :func:`_run_rounds`;
+with ``Settings.fixed_width`` every round does, so a lane's bits do not depend on its batch: :func:`run`);
 the solver of each lane in each round is decided by :func:`gradflow._engine.stiff.phase_of_lanes`.
 Lanes are sharded over ``devices`` along their leading axis.
 """
@@ -259,9 +260,19 @@ def _bucket(k: int, B: int, n_dev: int, pad_all: bool = False) -> int:
     return -(-size // n_dev) * n_dev
 
 
+def _default_device():
+    """The device where this thread's uncommitted arrays and computations go: the one set by
+    :func:`jax.default_device` (thread-local), else this process's first device."""
+    device = jax.config.jax_default_device
+    if isinstance(device, jax.Device):
+        return device
+    return jax.local_devices(backend=device)[0] if device else jax.local_devices()[0]
+
+
 def _is_local(devices) -> bool:
-    """Whether ``devices`` is this process's first device alone (nothing to place or shard)."""
-    return len(devices) == 1 and devices[0] == jax.local_devices()[0]
+    """Whether ``devices`` is this thread's default device alone (:func:`_default_device`):
+    nothing to place or shard."""
+    return len(devices) == 1 and devices[0] == _default_device()
 
 
 def _place(tree, devices):
@@ -321,7 +332,7 @@ def _probe_stalls(flow, fargs, codes, y_end, tau_end, result: Finished, settings
     if stalled.size == 0:
         return result
     _, _, ends, lane_args = _lanes((y_end, tau_end), fargs, stalled, codes.shape[0], settings.args_batched, devices,
-                                   _compile_bound(y_end, len(devices)))
+                                   settings.fixed_width or _compile_bound(y_end, len(devices)))
     bad = np.asarray(_stall_probe_jit(flow, lane_args, ends, _solve.stall_dtmin(settings.taus[-1]),
                                       settings.args_batched))[:stalled.size]
     if not np.any(bad):
@@ -365,16 +376,18 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
         return np.full(k, np.nan), np.full(k, np.nan)
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
     _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices,
-                                   _compile_bound(state.y_end, len(devices)))
+                                   settings.fixed_width or _compile_bound(state.y_end, len(devices)))
     h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
 
 def _round(flow, fargs, state, pending, settings: Settings, rnd: Round, devices):
     """Advance the lanes ``pending`` by one round ``rnd`` (at most ``rnd.steps`` steps of solver
-    ``rnd.solver``); merge into ``state``."""
+    ``rnd.solver``) as one bucket (:func:`_lanes`; all ``B`` rows with ``settings.fixed_width``);
+    merge into ``state``."""
     idx, dest, (y_start, tau_start), lane_args = _lanes(
-        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices)
+        (state.y_end, state.tau_end), fargs, pending, state.code.shape[0], settings.args_batched, devices,
+        settings.fixed_width)
     out = _solve_jit(flow, lane_args, y_start, tau_start, settings.replace(lane=None), rnd)
     return _merge(state, out, idx, dest)
 
@@ -452,7 +465,8 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
                 # every lane in one call, as the first round; or, in a compile-bound batch, an
                 # explicit round of the pending lanes padded to all B rows: the first round's
                 # program again. (An implicit step costs up to cubically more with the state, so
-                # implicit rounds keep their buckets: padding would cost B/k on every call.)
+                # implicit rounds keep their buckets: padding would cost B/k on every call.
+                # ``settings.fixed_width`` pays it: :func:`_round` then runs all B rows.)
                 idx, dest = _padded(group, B, B)
                 state, fused = _fused_round(flow, fargs, params0, state, settings, Round.of(code, n, ROUND_STEPS),
                                             idx, dest)
@@ -472,6 +486,19 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     **Arguments:** ``fargs`` the flow's arguments (a leading lane axis on its array leaves if
     ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`
     (from :func:`gradflow._engine.settings.check_settings`); ``devices`` to shard lanes over.
+
+    A lane's result is bitwise a function of its own inputs and of the programs it runs in, but
+    those programs' shapes depend on the batch: XLA:CPU rounds a vmapped solver step differently at
+    different lane counts (one Dopri8 step of 4, 8 or 16 lanes differs in the last bit from the same
+    step of 2, 3 or 5 lanes, measured on a 2-core x86 CPU), sharding over several devices compiles
+    another program, and a lone pending lane is solved without ``vmap``; the step-size control
+    carries such a bit into differences within the tolerances. With ``settings.fixed_width`` (and
+    ``B ≤`` :data:`LANES_PER_SOLVE` per device) every program of the batch, each later round,
+    implicit ones included, the stiffness detector and the stall probe, runs all ``B`` rows (the
+    pending lanes padded by repeating one of them), as the first round does: a lane's result is then
+    the same bit for bit whichever other lanes run beside it and whenever they finish, for the same
+    ``B`` and devices (a single device: the same whichever it is). It costs the padding rows' work
+    in later rounds.
 
     BLAS runs with
     :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays

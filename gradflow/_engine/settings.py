@@ -32,7 +32,9 @@ class Settings:
     :data:`gradflow._engine.solvers.SOLVER_TABLE`; ``max_steps`` each lane's step budget, all
     phases together; ``keep`` the number of save points returned (``taus`` may carry one more, the
     end point); ``args_batched`` whether the flow's arguments carry a leading lane axis; ``lane``
-    return this lane only (``None``: every lane)."""
+    return this lane only (``None``: every lane); ``fixed_width`` run every program of a batch of
+    ``B`` lanes on all ``B`` rows, the pending lanes padded (default ``False``: later rounds may
+    run buckets of the pending lanes; :func:`gradflow._engine.batch.run`)."""
 
     taus: Any
     t1: Any
@@ -43,6 +45,7 @@ class Settings:
     keep: int = dataclasses.field(**_static)
     args_batched: bool = dataclasses.field(default=False, **_static)
     lane: int | None = dataclasses.field(default=None, **_static)
+    fixed_width: bool = dataclasses.field(default=False, **_static)
 
     def describe(self) -> dict:
         """The settings a result's metadata records: ``solver`` (the name asked for), ``rtol``,
