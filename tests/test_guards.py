@@ -352,3 +352,32 @@ def test_auto_spends_its_budget_in_the_implicit_phase(monkeypatch):
     t_end = float(sol.t_end)
     assert 0.0 < t_end < 1e6
     np.testing.assert_allclose(np.asarray(sol.params_end), th0 * np.exp(-t_end * lam), rtol=1e-5, atol=1e-12)
+
+
+def test_krylov_inner_solves_follow_rtol():
+    """The Krylov phase's inner solves are tied to the run's ``rtol`` (1 % of the step tolerance),
+    not to a fixed one: at ``rtol`` 1e-4 and 1e-11, ``rodas4-krylov`` takes the steps of ``rodas4``
+    (exact LU solves) and its save points agree with it to 1 % of ``rtol·max|θ|`` (measured: 5e-9 and
+    7e-15; inner solves fixed at the default 1e-8 give 4e-12 at rtol 1e-11)."""
+    for rtol in (1e-4, 1e-11):
+        dense, _ = _quadratic("rodas4", rtol)
+        krylov, _ = _quadratic("rodas4-krylov", rtol)
+        assert int(krylov.num_steps) == int(dense.num_steps)
+        diff = np.max(np.abs(np.asarray(krylov.params) - np.asarray(dense.params)))
+        assert diff <= 1e-2 * rtol * TH0.max(), (rtol, diff)
+
+
+def test_the_threshold_table_cites_tests_that_exist():
+    """Every test the solver guide's "Thresholds and their tests" names is defined in the file it
+    names (``tests/test_guards.py`` when none)."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "docs" / "solvers.md").read_text()
+    section = text.split("## Thresholds and their tests", 1)[1].split("\n## ", 1)[0]
+    cited = re.findall(r"`(?:(tests/[\w/]+\.py)::)?(test_\w+)`", section)
+    assert len(cited) >= 20
+    for path, name in cited:
+        source = (root / (path or "tests/test_guards.py")).read_text()
+        assert re.search(rf"^def {name}\(", source, re.M), (path, name)
