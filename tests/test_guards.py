@@ -67,6 +67,16 @@ def test_quadrature_guard_allows_growth_below_twice_and_refuses_above():
     assert not _at_rest(0.5e-2, growth=np.inf)
 
 
+def test_stall_step_is_1024_ulps_of_the_end_log_time():
+    """The status ``stalled``: a log-time step below ``1024·ε·max(1, τ1)`` (a step that moves the
+    time by a few hundred ulps makes no progress): 6.3e-12 at ``t1 = 1e12`` (``τ1 = 27.6``), and
+    ``1024·ε = 2.3e-13`` for any ``τ1 ≤ 1`` (2e-13 and 3e-13 on either side of it)."""
+    eps = np.finfo(np.float64).eps
+    assert float(_solve.stall_dtmin(jnp.log1p(1e12))) == pytest.approx(1024 * eps * np.log1p(1e12), rel=1e-12)
+    assert 6.2e-12 < float(_solve.stall_dtmin(jnp.log1p(1e12))) < 6.4e-12
+    assert 2e-13 < float(_solve.stall_dtmin(jnp.asarray(0.5))) < 3e-13
+
+
 # ---------------------------------------------------------------- the stiffness switch
 
 
