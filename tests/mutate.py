@@ -373,7 +373,7 @@ ENGINE_MUTATIONS = (
              "tests/test_chebyshev.py::test_spectral_radius_within_5_percent_of_eigvalsh"),
     Mutation("rkc_undamped", "gradflow/_engine/chebyshev.py",
              "DAMPING = 2.0 / 13.0\n", "DAMPING = 0.01\n",
-             "RKC nearly undamped (|R| close to 1 inside the interval: stiff modes barely damped)",
+             "RKC nearly undamped (R close to ±1 inside the interval: stiff modes barely damped)",
              "tests/test_chebyshev.py::test_rkc_fixed_steps_are_stable_and_damp_stiff_modes_up_to_h_rho_1e4"),
     Mutation("rkc_substeps_ignore_cap", "gradflow/_engine/chebyshev.py",
              "k = jnp.maximum(jnp.ceil(1.54 * h_rho / room), 1.0)", "k = jnp.ones_like(h_rho)",
