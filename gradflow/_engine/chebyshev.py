@@ -71,6 +71,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .rosenbrock import _split  # the parameter block's flat size, as the Rosenbrock solvers split it
+
 __all__ = ["RKC", "DAMPING", "SAFETY", "POWER_TOL", "POWER_COLD", "POWER_WARM", "MAX_STAGES", "stage_cap",
            "stages_for", "spectral_radius", "rkc_step"]
 
@@ -200,13 +202,6 @@ def rkc_step(f, t0, h, y0, f0, s, damping=DAMPING):
     f1 = f(t0 + h, y1)
     err = 0.8 * (y0 - y1) + 0.4 * h * (f0 + f1)
     return y1, f1, err
-
-
-def _split(y0):
-    """Flat size of the parameter block: ``y0 = (params, quadratures)``, else the whole state."""
-    if isinstance(y0, tuple) and len(y0) == 2:
-        return ravel_pytree(y0[0])[0].size
-    return ravel_pytree(y0)[0].size
 
 
 class RKCState(eqx.Module):
