@@ -1,16 +1,14 @@
 """gradflow: gradient-flow dynamics of softmax attention in JAX, and of any JAX loss.
 
 Importing gradflow enables JAX's float64 mode (``jax_enable_x64``): flows to ``t = 1e12``
-and beyond need it. Public names are listed in ``__all__``.
+and beyond need it. That is its only effect on the process: it installs no import hook and
+leaves the garbage collector alone (the ``gradflow`` command, whose process is
+its own, does more: :func:`gradflow.cli.main`). Public names are listed in ``__all__``.
 """
 
 import jax
 
 jax.config.update("jax_enable_x64", True)
-
-from ._layout import install_source_finder as _install_source_finder  # noqa: E402
-
-_install_source_finder(__path__[0])  # gradflow.theory / gradflow.sims from a source checkout
 
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
@@ -26,18 +24,6 @@ from ._simulate import simulate, simulate_batch  # noqa: E402
 from .trajectory import STATUS, Solution, Trajectory, winners  # noqa: E402
 
 from ._version import __version__  # noqa: E402
-
-import gc as _gc  # noqa: E402
-import os as _os  # noqa: E402
-
-# The ~130,000 objects made by importing jax, diffrax and gradflow live as long as the process:
-# moved out of the cyclic collector's reach, they are not traversed again by every full
-# collection nor by the one at interpreter exit (a cold process exited in 0.06–0.12 s instead
-# of 0.4–0.5 s; benchmarks/COSTS.md). Reference counting still frees them as usual; cyclic
-# garbage among objects that existed before ``import gradflow`` is no longer collected, so
-# ``GRADFLOW_GC_FREEZE=0`` turns this off (docs/performance.md, "Compilation cache and cold start").
-if _os.environ.get("GRADFLOW_GC_FREEZE", "1") != "0":
-    _gc.freeze()
 
 _LAZY = {"descend": "._descend", "descend_params": "._descend"}
 """Public names imported on first use (PEP 562): ``descend`` needs optax, whose import costs

@@ -510,7 +510,35 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _own_process() -> None:
+    """What the ``gradflow`` command does to its own process, and ``import gradflow`` does not.
+
+    - From a source checkout run without an install (``PYTHONPATH`` = the repository root), it
+      maps ``gradflow.theory`` / ``gradflow.sims`` onto the folders ``theory/`` and ``sims/``
+      (an install, editable or not, needs nothing: ``pyproject.toml``'s ``package-dir``).
+    - It moves the objects alive after start-up (jax, diffrax, gradflow: ~130,000) out of the
+      cyclic garbage collector's reach with :func:`gc.freeze`, so full collections and the one at
+      exit do not traverse them again (docs/performance.md, "Compilation cache and cold start"). ``GRADFLOW_GC_FREEZE=0``
+      turns this off."""
+    import gc
+
+    from ._layout import install_source_finder
+
+    install_source_finder(os.path.dirname(os.path.abspath(__file__)))
+    if os.environ.get("GRADFLOW_GC_FREEZE", "1") != "0":
+        gc.freeze()
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The ``gradflow`` command: parse ``argv`` (``None``: ``sys.argv[1:]``), run the command,
+    return its exit status (0 success, 1 a failed check or piece, 2 bad arguments or an
+    unwritable output, 130 interrupted).
+
+    Called as the command (``argv`` ``None``) it also prepares its own process
+    (:func:`_own_process`); a call with an explicit ``argv`` (tests, scripts) leaves the caller's
+    process as it was."""
+    if argv is None:
+        _own_process()
     args = _parser().parse_args(argv)
     if not getattr(args, "no_cache", False):
         from ._cache import enable_compilation_cache

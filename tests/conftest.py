@@ -23,7 +23,13 @@ matplotlib.use("Agg")
 
 import pytest  # noqa: E402
 
+import gradflow  # noqa: E402
 from gradflow._cache import release_executables  # noqa: E402
+from gradflow._layout import install_source_finder  # noqa: E402
+
+# gradflow.theory / gradflow.sims from the checkout under test also when it is run with
+# PYTHONPATH = its root and another checkout is installed (a git worktree beside the installed one)
+install_source_finder(gradflow.__path__[0])
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -49,19 +49,38 @@ def test_import_gradflow_loads_no_plotting_optax_tqdm_or_transformer_code():
     assert res["descend_ok"], res
 
 
-def test_gc_freeze_on_import_and_its_opt_out():
-    """``import gradflow`` moves the objects alive then out of the cyclic collector (a cold
-    process exits faster); ``GRADFLOW_GC_FREEZE=0`` leaves the collector untouched (control)."""
-    script = "import gc, gradflow; print(gc.get_freeze_count())"
-    counts = {}
+_SIDE_EFFECTS = r"""
+import gc, json, sys
+before = {"meta_path": len(sys.meta_path), "threshold": gc.get_threshold(), "enabled": gc.isenabled()}
+import jax
+x64_before = jax.config.jax_enable_x64
+import gradflow
+after = {"meta_path": len(sys.meta_path), "threshold": gc.get_threshold(), "enabled": gc.isenabled()}
+out = {"same": before == after, "frozen": gc.get_freeze_count(), "x64": [x64_before, jax.config.jax_enable_x64]}
+if sys.argv[1] == "cli":
+    import gradflow.cli
+    gradflow.cli._own_process()  # what the command does first
+    out["cli_frozen"] = gc.get_freeze_count()
+print(json.dumps(out))
+"""
+
+
+def test_import_has_no_side_effect_but_float64_and_the_command_freezes_gc():
+    """``import gradflow`` enables float64 and nothing else: no import hook added to
+    ``sys.meta_path``, the garbage collector as it was (nothing frozen, same thresholds). The
+    ``gradflow`` command's own process freezes the objects alive after start-up (controls: its
+    freeze count is large, and ``GRADFLOW_GC_FREEZE=0`` turns that off)."""
+    res = {}
     for flag in ("1", "0"):
-        env = {**os.environ, "GRADFLOW_GC_FREEZE": flag,
+        env = {**os.environ, "GRADFLOW_GC_FREEZE": flag, "JAX_ENABLE_X64": "0",
                "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        out = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                             timeout=600)
+        out = subprocess.run([sys.executable, "-c", _SIDE_EFFECTS, "cli"], cwd=ROOT, env=env, capture_output=True,
+                             text=True, timeout=600)
         assert out.returncode == 0, out.stderr[-3000:]
-        counts[flag] = int(out.stdout.strip().splitlines()[-1])
-    assert counts["1"] > 10_000 and counts["0"] == 0, counts
+        res[flag] = json.loads(out.stdout.strip().splitlines()[-1])
+    for flag in ("1", "0"):
+        assert res[flag]["same"] and res[flag]["frozen"] == 0 and res[flag]["x64"] == [False, True], res
+    assert res["1"]["cli_frozen"] > 10_000 and res["0"]["cli_frozen"] == 0, res
 
 
 def shadowed_submodules(package) -> list[str]:
