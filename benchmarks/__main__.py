@@ -403,7 +403,7 @@ def report(res, cmd, quick, elapsed) -> str:
     if slow:
         L += ["", "## A batch must not wait on its slowest lane", "",
               "Square loss with a design (d = 6, the conditioning draws of paper Fig. 3), t1 = 1e5, auto solver (Dopri8 in rounds of "
-              f"{_stiff.EXPLICIT_ROUND} steps with stiffness detection, then Rodas4). Under `vmap` a solve runs every lane until the slowest is done; "
+              f"{gradflow.AutoPolicy().explicit_round} steps with stiffness detection, then Rodas4). Under `vmap` a solve runs every lane until the slowest is done; "
               f"gradflow solves in rounds of {_batch.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
               "| case | time (s) | steps per lane | status |", "|---|---|---|---|"]
         for r in slow:

@@ -344,9 +344,9 @@ def report(res: dict, quick: bool) -> str:
         f"{r['host_us']:.0f} µs" for r in pc if "host_us" in r) + "."]
     split = [r for r in pc if "fixed_s" in r]
     if split:
-        from gradflow.internal import engine_stiff
+        import gradflow
 
-        FIRST_ROUND = engine_stiff.EXPLICIT_ROUND  # auto's explicit rounds
+        FIRST_ROUND = gradflow.AutoPolicy().explicit_round  # auto's explicit rounds
         L += ["", "Where the overhead goes: the same call with `solver=\"dopri8\"` (Dopri8 alone, no stiffness "
               "detection; rounds of 512 steps, so one round here), "
               "interleaved with the others, best of the repeats against `simulate`'s best (medians in parentheses): "

@@ -113,17 +113,13 @@ def _error(V, a, Vr, ar):
     return float(max(np.max(np.abs(np.asarray(V) - Vr)), np.max(np.abs(np.asarray(a) - ar))))
 
 
-@contextlib.contextmanager
-def _implicit_phase(name):
-    """``auto``'s implicit solver for gradient flows set to ``name`` at every state size for the
-    enclosed runs (``IMPLICIT`` and the Krylov threshold ``KRYLOV_MIN_STATE``; restored on exit)."""
-    old = _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE
-    krylov = name == _stiff.KRYLOV
-    _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = (old[0] if krylov else name), (0 if krylov else 10 ** 12)
-    try:
-        yield
-    finally:
-        _stiff.IMPLICIT, _stiff.KRYLOV_MIN_STATE = old
+def implicit_phase(name) -> gradflow.AutoPolicy:
+    """``auto``'s policy with ``name`` as the implicit solver for gradient flows at every state size
+    (``implicit`` set and the Krylov threshold ``krylov_min_state`` out of reach, or, for the
+    Krylov solver, from zero parameters on)."""
+    if name == gradflow.AutoPolicy().krylov:
+        return gradflow.AutoPolicy(krylov_min_state=0)
+    return gradflow.AutoPolicy(implicit=name, krylov_min_state=10 ** 12)
 
 
 def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "Radau"),
@@ -142,8 +138,8 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
         Vr, ar = square_reference(W0, a0, X, y, ts, reference_cache(ref_dir, d, kappa, t1))
         print(f"benchmarks: stiff κ={kappa:g}: reference in {time.perf_counter() - start:.0f} s", flush=True)
 
-        def run():
-            traj = gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol)
+        def run(policy=None):
+            traj = gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol, policy=policy)
             np.asarray(traj.a)
             return traj
 
@@ -156,13 +152,13 @@ def bench_square(kappas, d, t1, rtol, atol, repeats, methods=("LSODA", "BDF", "R
 
         first = None
         for name in implicit:
-            with _implicit_phase(name):
-                start = time.perf_counter()
-                run()
-                cold = time.perf_counter() - start
-                # gradflow and LSODA interleaved: the ratio is the median of per-pair ratios, robust
-                # to the load of a shared machine drifting during the run
-                pairs = [(timed(run, 1), lsoda()) for _ in range(repeats)]
+            policy = implicit_phase(name)
+            start = time.perf_counter()
+            run(policy)
+            cold = time.perf_counter() - start
+            # gradflow and LSODA interleaved: the ratio is the median of per-pair ratios, robust
+            # to the load of a shared machine drifting during the run
+            pairs = [(timed(lambda: run(policy), 1), lsoda()) for _ in range(repeats)]
             traj = pairs[-1][0][1]
             g = dict(kappa=kappa, method=f"gradflow auto ({name})", time_s=float(np.median([p[0][0] for p in pairs])),
                      cold_s=cold, steps=int(traj.num_steps), status=traj.status, error=_error(traj.V, traj.a, Vr, ar),
@@ -327,7 +323,7 @@ def report(res: dict | None) -> str:
 
 SCALE_SOLVERS = ("rodas4-eigh", "rodas4-krylov")
 """The implicit phases of ``auto`` compared by :func:`bench_scale`: the dense default below
-:data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` and the Jacobian-free one."""
+``AutoPolicy.krylov_min_state`` and the Jacobian-free one."""
 
 
 def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
@@ -363,18 +359,18 @@ def scale_run(d, solver, kappa=5.0, t1=1e6, rtol=1e-8, atol=1e-10, repeats=2, sa
     W0, a0, X, y = conditioning_init(kappa, 123, d)
     loss = gradflow.SquareLoss(y, design=X, scale=1.0)
     ts = np.concatenate([[0.0], np.geomspace(1.0, t1, 13)])
-    run = lambda: gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol)
-    with _implicit_phase(solver):
+    policy = implicit_phase(solver)
+    run = lambda: gradflow.simulate(loss, W0, a0, t1=t1, ts=ts, rtol=rtol, atol=atol, policy=policy)
+    start = time.perf_counter()
+    traj = run()
+    np.asarray(traj.a)
+    cold = time.perf_counter() - start
+    warm = []
+    for _ in range(repeats):
         start = time.perf_counter()
         traj = run()
         np.asarray(traj.a)
-        cold = time.perf_counter() - start
-        warm = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            traj = run()
-            np.asarray(traj.a)
-            warm.append(time.perf_counter() - start)
+        warm.append(time.perf_counter() - start)
     row = dict(d=d, n=int(W0.size + a0.size + 1), solver=solver, kappa=kappa, status=traj.status,
                steps=int(traj.num_steps), cold_s=cold, warm_s=float(np.median(warm)),
                rss_mib=peak_rss_mib() - rss0, load=os.getloadavg()[0])

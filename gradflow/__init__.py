@@ -13,6 +13,7 @@ jax.config.update("jax_enable_x64", True)
 from . import maps  # noqa: E402
 from ._errors import GradflowValueError  # noqa: E402
 from ._cache import enable_compilation_cache  # noqa: E402
+from ._engine.policy import AutoPolicy  # noqa: E402
 from ._engine.solvers import SOLVERS  # noqa: E402
 from .flow import flow_field, gradient_field  # noqa: E402
 from ._integrate import integrate, integrate_batch  # noqa: E402
@@ -45,6 +46,7 @@ def __dir__():
 
 __all__ = [
     "AbstractLoss",
+    "AutoPolicy",
     "AbstractModel",
     "GradflowValueError",
     "LogisticTeacher",

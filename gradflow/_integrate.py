@@ -11,7 +11,6 @@ evaluation of the loss and its gradient at ``params0``), so a bad argument raise
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,10 +21,11 @@ import numpy as np
 
 from ._engine import batch as _batch
 from ._engine import solve as _solve
-from ._engine.settings import check_settings
+from ._engine.policy import AutoPolicy
+from ._engine.settings import DEFAULTS, SolveOptions
 from ._engine.solve import Flow
 from ._errors import GradflowValueError, bad_arg, describe
-from ._validate import check_positive, working_dtype
+from ._validate import working_dtype
 from .trajectory import Solution
 
 __all__ = ["integrate", "integrate_batch", "check_params", "UserFunctions"]
@@ -308,27 +308,6 @@ def _meta(settings, rest_stop):
     return {"method": "flow", **settings.describe(), "rest_stop": rest_stop, "time": "log1p"}
 
 
-def _rest_stop(rest_stop, steady) -> bool:
-    """``rest_stop``, or the deprecated ``steady`` mapped onto it (with a ``DeprecationWarning``).
-
-    **Raises:** :class:`gradflow.GradflowValueError` for a non-bool ``rest_stop`` or ``steady``, or
-    ``steady`` given together with ``rest_stop=False``."""
-    if not isinstance(rest_stop, (bool, np.bool_)):
-        raise bad_arg("rest_stop", rest_stop, "True (stop once the flow is at rest) or False (integrate to t1)")
-    if steady is None:
-        return bool(rest_stop)
-    if not isinstance(steady, (bool, np.bool_)):
-        raise bad_arg("steady", steady, "None (deprecated; use rest_stop)")
-    if rest_stop is not True:
-        raise bad_arg("steady", steady, "None when rest_stop is given (steady is its deprecated name)")
-    warnings.warn(
-        "integrate(steady=...) is deprecated and will be removed: solver='auto' now detects stiffness on every "
-        "flow and the rest stop fires only where the flow has no more than the tolerance left to move (never on a "
-        "flow without a finite minimiser), so the default is right for every loss; use rest_stop=False to "
-        "integrate to t1 without a rest stop", DeprecationWarning, stacklevel=3)
-    return bool(steady)
-
-
 def _solution(out, ts, meta, batch_shape=()) -> Solution:
     obs = out.observed
     t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
@@ -339,27 +318,22 @@ def _solution(out, ts, meta, batch_shape=()) -> Solution:
                     meta=tuple(sorted(meta.items())))
 
 
-def _atol(rtol, atol):
-    rtol = check_positive("rtol", rtol, upper=1.0)
-    return rtol, (rtol / 100 if atol is None else atol)
-
-
 def integrate(
     loss: Callable,
     params0: Any,
     *,
     t1: float,
-    ts=None,
+    ts=DEFAULTS.ts,
     args: Any = None,
-    rtol: float = 1e-8,
-    atol: float | None = None,
-    solver: str = "auto",
-    max_steps: int = 16384,
+    rtol: float = DEFAULTS.rtol,
+    atol: float | None = DEFAULTS.atol,
+    solver: str = DEFAULTS.solver,
+    max_steps: int = DEFAULTS.max_steps,
     observe: Mapping[str, Callable] | None = None,
     quadratures: Mapping[str, Callable] | None = None,
-    rest_stop: bool = True,
+    rest_stop: bool = DEFAULTS.rest_stop,
     field: Callable | None = None,
-    steady: bool | None = None,
+    policy: AutoPolicy | None = DEFAULTS.policy,
 ) -> Solution:
     """Integrate the gradient flow ``dθ/dt = −∇L(θ)`` of any JAX loss from ``θ(0) = params0`` to flow time ``t1``.
 
@@ -414,9 +388,9 @@ def integrate(
       happens (stiffness is still detected under ``auto``).
     - ``field``: optional ``field(params)`` returning ``dθ/dt`` (a pytree like ``params``) used
       instead of ``−∇loss``, e.g. an exactly rewritten gradient; ``loss`` is then only observed.
-    - ``steady``: deprecated (a ``DeprecationWarning``); ``True``/``False`` mean
-      ``rest_stop=True``/``False``. It used to switch stiffness handling off as well, and its
-      rest test could fire on a flow still moving in log time.
+    - ``policy``: the phase policy of ``solver="auto"``, a :class:`gradflow.AutoPolicy` (default
+      ``None``: ``AutoPolicy()``, whose thresholds and their arguments are in the docs' solver
+      guide, "The auto policy"); ignored by the other solvers.
 
     **Returns:** a :class:`gradflow.Solution` (``t``, ``params`` with a leading time axis, ``loss``,
     ``grad_norm``, ``observed``, ``quadratures``, ``valid``, ``status``, ``t_end``, ``t_steady``,
@@ -425,7 +399,7 @@ def integrate(
     **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a function, fails to
     trace, is not a real float scalar, cannot be differentiated or is non-finite (or has a
     non-finite gradient) at ``params0``; an empty ``params0`` or one with non-float, complex or
-    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps``, ``solver``, ``rest_stop`` or ``steady``;
+    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps``, ``solver``, ``policy`` or ``rest_stop``;
     ``observe``/``quadratures`` that are not dicts of functions, fail to trace or return the
     wrong kind of value.
 
@@ -436,10 +410,9 @@ def integrate(
     >>> sol.status, round(float(w1[-1] ** 2), 6)                    # w² → y
     ('ok', 2.0)
     """
-    rest_stop = _rest_stop(rest_stop, steady)
-    rtol, atol = _atol(rtol, atol)
+    opts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, rest_stop=rest_stop, policy=policy)
     user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
-    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
+    settings, ts = opts.settings(t1)
     lanes = jax.tree.map(lambda x: x[None], params0)
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, lanes, settings.replace(lane=0),
                      devices=jax.local_devices()[:1])
@@ -451,20 +424,20 @@ def integrate_batch(
     params0s: Any,
     *,
     t1: float,
-    ts=None,
+    ts=DEFAULTS.ts,
     args: Any = None,
     args_batched: bool = False,
-    rtol: float = 1e-8,
-    atol: float | None = None,
-    solver: str = "auto",
-    max_steps: int = 16384,
+    rtol: float = DEFAULTS.rtol,
+    atol: float | None = DEFAULTS.atol,
+    solver: str = DEFAULTS.solver,
+    max_steps: int = DEFAULTS.max_steps,
     observe: Mapping[str, Callable] | None = None,
     quadratures: Mapping[str, Callable] | None = None,
-    rest_stop: bool = True,
+    rest_stop: bool = DEFAULTS.rest_stop,
     field: Callable | None = None,
     devices: Sequence[jax.Device] | None = None,
-    steady: bool | None = None,
     fixed_width: bool = False,
+    policy: AutoPolicy | None = DEFAULTS.policy,
 ) -> Solution:
     """:func:`integrate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -484,11 +457,10 @@ def integrate_batch(
     **Raises:** as :func:`integrate`, plus leaves of differing batch sizes, batched ``args``
     without the batch axis, or a bad ``devices``.
     """
-    rest_stop = _rest_stop(rest_stop, steady)
-    rtol, atol = _atol(rtol, atol)
+    opts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, rest_stop=rest_stop, policy=policy)
     user, params0s, args = prepare_user(loss, params0s, args, field, observe, quadratures, batch=True,
                                         args_batched=bool(args_batched))
-    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
+    settings, ts = opts.settings(t1)
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,

@@ -17,7 +17,8 @@ import numpy as np
 from jaxtyping import ArrayLike, Real
 
 from ._engine import batch as _batch
-from ._engine.settings import check_settings, default_ts  # noqa: F401  (re-exported name: default_ts)
+from ._engine.policy import AutoPolicy
+from ._engine.settings import DEFAULTS, SolveOptions, default_ts  # noqa: F401  (re-exported name: default_ts)
 from ._engine.solve import Flow
 from ._engine.solvers import SOLVERS  # noqa: F401  (re-exported name)
 from ._errors import bad_arg
@@ -186,14 +187,15 @@ def simulate(
     a0: Real[ArrayLike, "..."],
     *,
     t1: float,
-    ts: Real[ArrayLike, " T"] | Sequence[float] | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
+    ts: Real[ArrayLike, " T"] | Sequence[float] | None = DEFAULTS.ts,
+    rtol: float = DEFAULTS.rtol,
+    atol: float | None = DEFAULTS.atol,
     normalization: str = "softmax",
     temperature: float = 1.0,
-    solver: str = "auto",
+    solver: str = DEFAULTS.solver,
     model: str | AbstractModel = "value-softmax",
-    max_steps: int = 16384,
+    max_steps: int = DEFAULTS.max_steps,
+    policy: AutoPolicy | None = DEFAULTS.policy,
 ) -> Trajectory:
     """Integrate the gradient flow of ``L(V, a) = ℓ(β(V, a))`` from ``(V0, a0)`` to flow time ``t1``.
 
@@ -210,13 +212,17 @@ def simulate(
     - ``t1``: final flow time, ``0 < t1 < ∞`` (``1e30`` is fine).
     - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default
       :func:`default_ts` (``0`` and 400 log-spaced points from ``1e-3`` to ``t1``).
-    - ``rtol``, ``atol``: tolerances of the PID step-size controller (default ``1e-8``, ``1e-10``),
-      on the state ``(V, a, Γ)`` in log time. Passed as arrays: changing them does not recompile.
+    - ``rtol``, ``atol``: tolerances of the PID step-size controller (default ``1e-8`` and
+      ``rtol/100``, as in :func:`gradflow.integrate`), on the state ``(V, a, Γ)`` in log time.
+      Passed as arrays: changing them does not recompile.
     - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.maps.MAPS`).
     - ``solver``: one of :data:`SOLVERS` (default ``"auto"``).
     - ``model``: ``"value-softmax"`` (default), ``"tied"``, ``"rowwise"`` or a model instance.
     - ``max_steps``: solver step budget, all phases together (default 16384); reaching it
       gives status ``max_steps``.
+    - ``policy``: the phase policy of ``solver="auto"``, a :class:`gradflow.AutoPolicy` (default
+      ``None``: ``AutoPolicy()``; docs' solver guide, "The auto policy"); ignored by the other
+      solvers.
 
     **Returns:** a :class:`Trajectory` with ``t = ts``. Solver failures do not raise: see
     ``traj.status`` / ``traj.t_end``; points after a failure have ``valid = False``.
@@ -239,7 +245,7 @@ def simulate(
     ('ok', True)
     """
     mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
+    settings, ts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, policy=policy).settings(t1)
     meta, expand, solved = _meta(mdl, loss, settings), None, loss
     if _reducible(mdl, loss, V0):
         solved, V0, expand = _teacher_reduction(loss, V0)
@@ -255,16 +261,17 @@ def simulate_batch(
     a0s: Real[ArrayLike, "B ..."],
     *,
     t1: float,
-    ts: Real[ArrayLike, " T"] | Sequence[float] | None = None,
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
+    ts: Real[ArrayLike, " T"] | Sequence[float] | None = DEFAULTS.ts,
+    rtol: float = DEFAULTS.rtol,
+    atol: float | None = DEFAULTS.atol,
     normalization: str = "softmax",
     temperature: float = 1.0,
-    solver: str = "auto",
+    solver: str = DEFAULTS.solver,
     model: str | AbstractModel = "value-softmax",
-    max_steps: int = 16384,
+    max_steps: int = DEFAULTS.max_steps,
     devices: Sequence[jax.Device] | None = None,
     fixed_width: bool = False,
+    policy: AutoPolicy | None = DEFAULTS.policy,
 ) -> Trajectory:
     """:func:`simulate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
@@ -310,7 +317,7 @@ def simulate_batch(
         fargs = (jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), mdl), stacked)
     else:
         fargs = (mdl, loss)
-    settings, ts = check_settings(t1=t1, ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver)
+    settings, ts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, policy=policy).settings(t1)
     devices = _batch.check_devices(devices)
     out = _batch.run(value_softmax_flow(first, settings.solver == "auto"), fargs, (V0s, a0s),
                      settings.replace(args_batched=loss_batched, fixed_width=bool(fixed_width)), devices=devices)

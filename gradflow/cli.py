@@ -15,6 +15,7 @@ import textwrap
 import time
 
 from ._cache import release_executables
+from ._engine.settings import DEFAULTS
 from ._errors import ArgumentParser as _Parser, GradflowValueError
 from ._host import usable_cores
 from ._jobs import PieceFailed as _PieceFailed, default_jobs as _default_jobs
@@ -485,7 +486,8 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--init-scale", type=_grid(float, "--init-scale"), default=(0.1,), help="V0 = scale*randn (default 0.1)")
     w.add_argument("--points", type=int, default=50, help="save points per run (default 50)")
     w.add_argument("--solver", default="auto", help="solver (default auto)")
-    w.add_argument("--max-steps", type=int, default=16384, help="step budget per run (default 16384)")
+    w.add_argument("--max-steps", type=int, default=DEFAULTS.max_steps,
+                   help=f"step budget per run (default {DEFAULTS.max_steps})")
     w.add_argument("--cpu-devices", type=_count("cpu-devices", 1), default=None,
                    help="JAX CPU devices the lanes are spread over, one core each (default: the usable cores, "
                         f"{usable_cores()} here; 1 under jax.distributed); JAX_NUM_CPU_DEVICES or XLA_FLAGS' host "

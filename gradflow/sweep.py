@@ -55,7 +55,7 @@ import jax.numpy as jnp
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int
 from ._engine.batch import LANES_PER_SOLVE
-from ._engine.settings import default_ts
+from ._engine.settings import DEFAULTS, default_ts
 from ._engine.stiff import blas_threads
 from ._engine.solvers import SOLVERS
 from ._simulate import simulate_batch
@@ -98,11 +98,11 @@ class SweepSpec:
     n: tuple = (8,)
     normalization: tuple = ("softmax",)
     t1: tuple = (1e12,)
-    rtol: tuple = (1e-8,)
+    rtol: tuple = (DEFAULTS.rtol,)
     init_scale: tuple = (0.1,)
     points: int = 50
-    solver: str = "auto"
-    max_steps: int = 16384
+    solver: str = DEFAULTS.solver
+    max_steps: int = DEFAULTS.max_steps
     configs: list = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

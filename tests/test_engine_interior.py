@@ -42,6 +42,8 @@ def test_solver_table_builds_the_documented_methods():
         if tableau is not None:
             assert solver.tableau is tableau and type(solver.linear) is linear, name
         ctrl = solvers.make_controller(code, 1e-8, 1e-10, 1e-12)
+        entry = solvers.spec(name).controller
+        assert isinstance(entry, solvers.Controller) and entry.hold == (controller == "hold"), name
         if controller == "hold":
             assert isinstance(ctrl, rosenbrock.HoldStep) and ctrl.inner.pcoeff == 0.3 and ctrl.inner.icoeff == 0.4
         else:

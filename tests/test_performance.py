@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow._engine import batch as _batch, solve as _solve, stiff as _stiff
+from gradflow._engine.policy import DEFAULT_POLICY as POLICY
+from gradflow._engine import batch as _batch, solve as _solve
 from tests import reference as ref
 
 
@@ -108,7 +109,7 @@ def test_stiff_square_design_kappa50_finishes_and_matches_radau():
     ts = np.concatenate([[0.0], np.geomspace(1.0, 1e5, 16)])
     traj = gradflow.simulate(gradflow.SquareLoss(y, design=X, scale=1.0), W, a, t1=1e5, ts=ts, rtol=1e-10, atol=1e-12)
     assert traj.status == "ok" and traj.metadata["solver"] == "auto"
-    assert int(traj.num_steps) > _stiff.EXPLICIT_ROUND  # past the first explicit round: the implicit phase ran
+    assert int(traj.num_steps) > POLICY.explicit_round  # past the first explicit round: the implicit phase ran
     Vr, ar, _ = ref.integrate(W, a, ref.square_residual(y, X, 1.0), ts, rtol=1e-11, atol=1e-13, method="Radau")
     sr = np.array([ref.softmax(x) for x in ar])
     np.testing.assert_allclose(traj.s, sr, rtol=1e-6, atol=1e-9)
@@ -147,7 +148,7 @@ def test_sweep_on_simulated_devices_equals_one_device():
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["devices"] == 4 and res["sharded_over"] == 4 and res["one_over"] == 1 and res["ok"], res
     assert res["steps_many"] == res["steps_one"], res
-    assert max(res["steps_many"]) > _stiff.EXPLICIT_ROUND >= min(res["steps_many"]), res  # later rounds sharded too
+    assert max(res["steps_many"]) > POLICY.explicit_round >= min(res["steps_many"]), res  # later rounds sharded too
     # kernels compiled for 2 lanes per device round differently from 6 lanes on one device, and
     # adaptive steps pass last-digit differences on: equal far inside the tolerance (rtol 1e-8)
     assert res["diff"] <= 1e-8, res
@@ -269,7 +270,7 @@ def test_batch_whose_lanes_finish_in_different_rounds_equals_single_runs(monkeyp
     calls, batch_calls = [], calls  # the single runs below call it too
     singles = [gradflow.simulate(gradflow.LogisticTeacher(b), V0, a0, t1=1e10, ts=ts) for b, V0, a0 in zip(betas, V0s, a0s)]
     steps = np.asarray(batch.num_steps)
-    assert steps.max() > _stiff.EXPLICIT_ROUND >= steps.min()  # control: lanes finish in different rounds
+    assert steps.max() > POLICY.explicit_round >= steps.min()  # control: lanes finish in different rounds
     slow = int(np.argmax(steps))
     assert batch_calls[0] == [0, 1, 2] and len(batch_calls) > 1 and all(c == [slow] * 3 for c in batch_calls[1:]), batch_calls
     assert batch.status == [s.status for s in singles] == ["ok"] * 3
@@ -315,7 +316,7 @@ def test_fixed_width_gives_a_lane_the_same_bits_whichever_lanes_share_its_batch(
 
     implicit = lambda ws: {w for code, w in ws if spec(code).implicit}  # noqa: E731
     (x, steps_x, _), (y, steps_y, _) = lane0(["stiff", "mild"], True), lane0(["stiff", "stiff2"], True)
-    assert steps_x == steps_y > _stiff.EXPLICIT_ROUND
+    assert steps_x == steps_y > POLICY.explicit_round
     np.testing.assert_array_equal(x, y)
     (u, _, wu), (v, _, wv) = lane0(["stiff", "mild"], False), lane0(["stiff", "stiff2"], False)
     assert implicit(wu) == {1} and implicit(wv) == {2}, (wu, wv)  # traced here: programs not compiled above

@@ -8,7 +8,6 @@ import contextlib
 import io
 import pathlib
 import re
-import warnings
 
 import jax.numpy as jnp
 import numpy as np
@@ -43,21 +42,19 @@ def test_rest_stop_false_integrates_to_t1_on_the_implicit_method():
     assert float(sol.params["w"][-1]) == pytest.approx(1.0, abs=1e-9)
 
 
-def test_steady_is_deprecated_and_maps_onto_rest_stop():
-    with pytest.warns(DeprecationWarning, match=r"integrate\(steady=\.\.\.\) is deprecated"):
-        sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3, steady=False)
+def test_steady_is_gone():
+    """``steady``, deprecated in favour of ``rest_stop``, was removed (a 0.1 package): passing it
+    is a TypeError naming it; ``rest_stop=False`` is what it meant (control)."""
+    with pytest.raises(TypeError, match="steady"):
+        gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3, steady=False)
+    sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3, rest_stop=False)
     assert np.isinf(float(sol.t_steady)) and sol.metadata["rest_stop"] is False
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # control: no warning without steady
-        sol = gradflow.integrate(QUAD, {"w": 0.0}, t1=1e3)
-    assert np.isfinite(float(sol.t_steady)) and sol.metadata["rest_stop"] is True
 
 
 @pytest.mark.bad_input
 @pytest.mark.parametrize("kw, match", [
     (dict(rest_stop="yes"), r"^rest_stop: got 'yes'; expected True"),
-    (dict(steady="no"), r"^steady: got 'no'; expected None"),
-    (dict(steady=True, rest_stop=False), r"^steady: got True; expected None when rest_stop is given"),
+    (dict(policy="aggressive"), r"^policy: got 'aggressive'; expected a gradflow.AutoPolicy"),
 ])
 def test_bad_rest_settings_are_refused(kw, match):
     with pytest.raises(gradflow.GradflowValueError, match=match):

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import gradflow
+from gradflow._engine.policy import DEFAULT_POLICY as POLICY
 from gradflow._engine import stiff
 from gradflow._engine.solvers import code_of, spec
 from tests import reference as ref
@@ -18,7 +19,7 @@ from gradflow._engine.solve import Status as S_status
 
 simulate_mod = importlib.import_module("gradflow._simulate")
 
-BOUNDARY_ON = stiff.STIFF_ON * stiff.DOPRI8_BOUNDARY
+BOUNDARY_ON = POLICY.stiff_on * POLICY.explicit_boundary
 
 
 def _square_draw(kappa, d, seed=123):
@@ -66,14 +67,14 @@ def test_stiffness_ratio_is_step_times_spectral_radius(rho):
 
 
 def test_phase_policy_switches_with_hysteresis():
-    on, off = stiff.STIFF_ON * stiff.DOPRI8_BOUNDARY, stiff.STIFF_OFF * stiff.DOPRI8_BOUNDARY
+    on, off = POLICY.stiff_on * POLICY.explicit_boundary, POLICY.stiff_off * POLICY.explicit_boundary
     mid = 0.5 * (on + off)
     was = np.array([False, False, False, True, True, True])
     h_rho = np.array([1.01 * on, mid, np.nan, mid, 0.99 * off, np.nan])
     codes, left, now = stiff.phase_of_lanes("auto", np.zeros(6), 10_000, was, h_rho)
     np.testing.assert_array_equal(now, [True, False, False, True, False, True])
     assert [spec(c).name for c in codes] == ["rodas4", "dopri8", "dopri8", "rodas4", "dopri8", "rodas4"]
-    assert left[1] == stiff.EXPLICIT_ROUND and left[0] == 10_000
+    assert left[1] == POLICY.explicit_round and left[0] == 10_000
     # a named solver never switches (negative control)
     codes, _, now = stiff.phase_of_lanes("dopri8", np.zeros(6), 10_000, was, h_rho)
     assert {spec(c).name for c in codes} == {"dopri8"} and not now.any()
@@ -104,7 +105,7 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     (``h·ρ`` above the switching threshold); the logistic teacher of Fig. 2 (negative control),
     integrated to t = 1e12, stays far below it at its end and at intermediate times."""
     W0, a0, _, _, loss = _square_draw(20, 4)
-    h_rho, out = _h_rho_at_end(loss, W0, a0, 1e5, stiff.EXPLICIT_ROUND)
+    h_rho, out = _h_rho_at_end(loss, W0, a0, 1e5, POLICY.explicit_round)
     assert int(out.code) == int(S_status.max_steps)  # the round ended unfinished
     assert float(out.tau_end) < np.log1p(1e5) and h_rho > BOUNDARY_ON, h_rho
     assert float(out.reported) == pytest.approx(h_rho, rel=1e-9)  # what the engine reports to the phase policy
@@ -252,7 +253,7 @@ def test_blas_threads_limits_only_implicit_solves():
     before = blas()
     assert before, "no BLAS library found"
     with stiff.blas_threads("rodas4"):
-        assert set(blas()) == {stiff.BLAS_THREADS}
+        assert set(blas()) == {POLICY.blas_threads}
     assert blas() == before
     with stiff.blas_threads("dopri8"):
         assert blas() == before
@@ -279,12 +280,12 @@ def test_auto_limits_blas_threads_from_its_first_implicit_round_only(monkeypatch
     stiff._threadpools()  # SciPy's OpenBLAS loaded, as the engine loads it
     default = blas()
     assert default, "no BLAS library found"
-    if set(default) == {stiff.BLAS_THREADS}:
+    if set(default) == {POLICY.blas_threads}:
         pytest.skip("BLAS already runs one thread here (one core): the limit cannot be seen")
     W0, a0, _, _, loss = _square_draw(20, 4)
     assert gradflow.simulate(loss, W0, a0, t1=1e5).status == "ok"
     implicit = [b for name, b in seen if spec(name).implicit]
-    assert implicit and all(set(b) == {stiff.BLAS_THREADS} for b in implicit), seen
+    assert implicit and all(set(b) == {POLICY.blas_threads} for b in implicit), seen
     assert seen[0] == ("dopri8", default) and blas() == default
     seen.clear()
     rng = np.random.RandomState(0)
@@ -390,7 +391,7 @@ def _linear_stiff(gradient):
 @pytest.mark.parametrize("gradient", [True, False])
 def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, gradient):
     """A stiff linear flow through the engine (``Flow`` with its rest stop on) under ``auto``: the
-    symmetric one (a gradient flow) runs its implicit rounds with :data:`stiff.IMPLICIT`
+    symmetric one (a gradient flow) runs its implicit rounds with ``AutoPolicy.implicit``
     (``rodas4-eigh``); the
     non-symmetric one (the negative control for the symmetry probe) with the fallback Rodas4. Both
     agree with the matrix exponential (SciPy ``expm``) at the save points."""
@@ -409,7 +410,7 @@ def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, grad
     monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)  # the policy's size threshold is not what is tested here
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
     implicit = {s for s in used if s != "dopri8"}
-    assert implicit == ({stiff.IMPLICIT} if gradient else {stiff.IMPLICIT_FALLBACK}), used
+    assert implicit == ({POLICY.implicit} if gradient else {POLICY.fallback}), used
     assert int(out.status_code) == int(S_status.ok)
     expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
     np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
@@ -628,18 +629,18 @@ def test_looped_stages_are_the_written_out_stages(strategy, tableau):
 
 
 def test_auto_picks_krylov_only_above_its_state_size():
-    """The phase policy: a stiff gradient lane runs :data:`stiff.KRYLOV` from
-    :data:`stiff.KRYLOV_MIN_STATE` parameters on, :data:`stiff.IMPLICIT` (dense) just below it
+    """The phase policy: a stiff gradient lane runs ``AutoPolicy.krylov`` from
+    ``AutoPolicy.krylov_min_state`` parameters on, ``AutoPolicy.implicit`` (dense) just below it
     (negative control), and a non-gradient lane the fallback Rodas4 at any size."""
     on = 2.0 * BOUNDARY_ON
-    for size, asym, expect in ((stiff.KRYLOV_MIN_STATE, 0.0, stiff.KRYLOV),
-                               (10 * stiff.KRYLOV_MIN_STATE, 0.0, stiff.KRYLOV),
-                               (stiff.KRYLOV_MIN_STATE - 1, 0.0, stiff.IMPLICIT),
-                               (10 * stiff.KRYLOV_MIN_STATE, 0.5, stiff.IMPLICIT_FALLBACK)):
+    for size, asym, expect in ((POLICY.krylov_min_state, 0.0, POLICY.krylov),
+                               (10 * POLICY.krylov_min_state, 0.0, POLICY.krylov),
+                               (POLICY.krylov_min_state - 1, 0.0, POLICY.implicit),
+                               (10 * POLICY.krylov_min_state, 0.5, POLICY.fallback)):
         codes, _, now = stiff.phase_of_lanes("auto", np.zeros(1), 10_000, np.zeros(1, bool), np.array([on]),
                                              np.array([asym]), size)
         assert now[0] and spec(codes[0]).name == expect, (size, asym, spec(codes[0]).name)
-    assert spec(stiff.KRYLOV).gradient_only and spec(stiff.KRYLOV).code == 9
+    assert spec(POLICY.krylov).gradient_only and spec(POLICY.krylov).code == 9
 
 
 def test_auto_runs_krylov_through_the_engine(monkeypatch):
@@ -661,7 +662,7 @@ def test_auto_runs_krylov_through_the_engine(monkeypatch):
     monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)
     monkeypatch.setattr(stiff, "KRYLOV_MIN_STATE", 6)
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
-    assert {s for s in used if s != "dopri8"} == {stiff.KRYLOV}, used
+    assert {s for s in used if s != "dopri8"} == {POLICY.krylov}, used
     assert int(out.status_code) == int(S_status.ok)
     expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
     np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)

@@ -47,6 +47,7 @@ does: the folder must be as trusted as the code that imports gradflow."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 import hashlib
@@ -100,16 +101,36 @@ def folder() -> str | None:
 _FILE_HASHES: dict = {}
 
 
+def code_hash(source: str | bytes) -> str:
+    """SHA-256 of a module's code: its syntax tree without docstrings and other bare string
+    statements, which do nothing when run (``ast.dump``: comments,
+    blank lines and formatting are not in it either), so that editing documentation does not
+    invalidate stored programs while any change to what runs does. A text that does not parse is
+    hashed as it is."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(source if isinstance(source, bytes) else source.encode()).hexdigest()
+    text = lambda st: isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) and isinstance(st.value.value, str)
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and any(text(st) for st in body):
+                setattr(node, field, [st for st in body if not text(st)] or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def _file_hash(path: str) -> str:
     h = _FILE_HASHES.get(path)
     if h is None:
         with open(path, "rb") as f:
-            h = _FILE_HASHES[path] = hashlib.sha256(f.read()).hexdigest()
+            h = _FILE_HASHES[path] = code_hash(f.read())
     return h
 
 
 def _package_hash() -> str:
-    """SHA-256 over the ``.py`` files of the ``gradflow`` package folder (engine included)."""
+    """SHA-256 over the code of the ``.py`` files of the ``gradflow`` package folder (engine
+    included; :func:`code_hash`: docstrings and comments do not count)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # gradflow/ (this file: gradflow/_engine/)
     h = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(root):

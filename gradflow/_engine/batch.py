@@ -312,8 +312,9 @@ def _merge(state: SolveState, out: SolveState, idx, dest) -> SolveState:
 
 
 @_fastjit.filter_jit(compile_fast=lambda flow, fargs, ends, *rest: not _throughput_bound(ends[0]))
-def _stiffness_jit(flow, fargs, ends, args_batched: bool):
-    return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end), args_batched, 4)(fargs, *ends)
+def _stiffness_jit(flow, fargs, ends, args_batched: bool, iterations: int):
+    return _per_lane(lambda a, *end: _solve.stiffness_of(flow, a, *end, iterations=iterations), args_batched, 4)(
+        fargs, *ends)
 
 
 @_fastjit.filter_jit(compile_fast=lambda flow, fargs, ends, *rest: not _throughput_bound(ends[0]))
@@ -377,7 +378,7 @@ def _stiffness(flow, fargs, state, pending, settings: Settings, devices):
     ends = (state.y_end, state.tau_end, state.tau_start, state.round_steps)
     _, _, ends, lane_args = _lanes(ends, fargs, pending, state.code.shape[0], settings.args_batched, devices,
                                    settings.fixed_width or _compile_bound(state.y_end, len(devices)))
-    h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched)
+    h_rho, asym = _stiffness_jit(flow, lane_args, ends, settings.args_batched, settings.policy.power_iterations)
     return np.asarray(h_rho)[:k], np.asarray(asym)[:k]
 
 
@@ -401,7 +402,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     args_batched, lane, max_steps = settings.args_batched, settings.lane, settings.max_steps
     B, n_dev = jax.tree.leaves(params0)[0].shape[0], len(devices)
     per_solve = LANES_PER_SOLVE * n_dev
-    codes, left, _ = _stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), max_steps)
+    codes, left, _ = _stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), max_steps, policy=settings.policy)
     first = Round.of(codes[0], min(ROUND_STEPS, left[0]), ROUND_STEPS)
     before(first.solver)
     # First round: the lanes in chunks of at most ``per_solve`` (a short last chunk padded to a
@@ -454,7 +455,8 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
             break
         h_rho, asym = _stiffness(flow, fargs, state, pending, settings, devices)
         codes, left, stiff[pending] = _stiff.phase_of_lanes(
-            settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], h_rho, asym, n_params)
+            settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], h_rho, asym, n_params,
+            settings.policy)
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps
@@ -506,7 +508,7 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     with contextlib.ExitStack() as stack:
         def before(code):
             if spec(code).implicit and not limited:
-                stack.enter_context(_stiff.blas_threads(spec(code).name))
+                stack.enter_context(_stiff.blas_threads(spec(code).name, settings.policy.blas_threads))
                 limited.append(code)
 
         limited = []

@@ -16,7 +16,7 @@ strategy (how ``W⁻¹ r`` is applied, ``W = I/(hγ) − J``). The named solvers
   small states): order 4, a fresh Jacobian and LU factorisation every step (:class:`DenseLU`);
 - :func:`Ros34pw2` (``solver="ros34pw2"``): a Rosenbrock–W method of order 3 that reuses its
   Jacobian and ``W⁻¹`` over many steps (:class:`HeldInverse`), with the step-size hold of
-  :class:`HoldStep` (why ``auto`` does not use it: :data:`gradflow._engine.stiff.IMPLICIT`).
+  :class:`HoldStep` (why ``auto`` does not use it: :class:`gradflow._engine.policy.AutoPolicy`, ``implicit``).
 
 Why not diffrax's own implicit solvers: diffrax 0.7.2 has no Rosenbrock method, and its
 implicit Runge–Kutta methods (``Kvaerno5`` etc.) solve every stage with an ``optimistix`` root
@@ -41,6 +41,8 @@ Dense output (every method): cubic Hermite from ``f(y0)`` and ``f(y1)`` (one ext
 
 from __future__ import annotations
 
+import abc
+
 import dataclasses
 from typing import ClassVar
 
@@ -55,7 +57,7 @@ from jax.flatten_util import ravel_pytree
 
 from . import _pinned
 
-__all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
+__all__ = ["Tableau", "RODAS4", "ROS34PW2", "Rosenbrock", "LinearSolve", "DenseLU", "HeldInverse", "Eigen", "EigenRefined",
            "Krylov", "krylov_solve", "Rodas4", "Ros34pw2", "EigenW", "EigenRodas4", "KrylovRodas4", "WrappingController", "HoldStep", "HOLD_MAX",
            "MAX_AGE", "REFINE", "KRYLOV_FRACTION", "KRYLOV_FLOOR", "KRYLOV_MAX_STEPS"]
 
@@ -173,16 +175,19 @@ def _combine(coeffs, ks, start=None):
 
 def _stages(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     """The stages of the method ``tab`` in the form of the module docstring, with ``solve(r)``
-    standing for ``W⁻¹ r``. Returns ``(y1, error estimate, dense_info)`` as pytrees like ``y0``."""
+    returning ``(W⁻¹ r, record)`` (:meth:`LinearSolve.prepare`). Returns ``(y1, error estimate,
+    dense_info, records)``: pytrees like ``y0``, and the list of the stage solves' records."""
     h = t1 - t0
-    ks = []
+    ks, records = [], []
     for i in range(len(tab.c)):
         fi = f0 if i == 0 else f(t0 + tab.c[i] * h, _combine(tab.a[i][:i], ks, flat0))
         rhs = fi + (h * tab.d[i]) * ft if tab.d[i] != 0.0 else fi
         if i > 0 and any(tab.C[i][:i]):
             rhs = rhs + _combine(tab.C[i][:i], ks) / h
-        ks.append(solve(rhs))
-    return _solution(tab, f, t1, y0, flat0, unravel, f0, h, ks)
+        k, record = solve(rhs)
+        ks.append(k)
+        records.append(record)
+    return (*_solution(tab, f, t1, y0, flat0, unravel, f0, h, ks), records)
 
 
 def _solution(tab: Tableau, f, t1, y0, flat0, unravel, f0, h, ks):
@@ -205,17 +210,16 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
     and its linearisation in every stage solve). The arithmetic is that of :func:`_stages` in the
     same order (coefficients that are zero or one add and multiply exactly), so the two agree to
     round-off (XLA may fuse the loop differently; ``tests/test_stiff.py`` checks one step of every
-    strategy). A strategy's per-solve records (:class:`Krylov`'s counters, exposed as its
-    ``solve.records``, see :class:`Rosenbrock`) come out of the loop stacked along a leading stage
-    axis."""
+    strategy). The stage solves' records come out of the loop stacked along a leading stage axis
+    (the records: the first stage's, then the loop's)."""
     h = t1 - t0
     s = len(tab.c)
     a, C = jnp.asarray(tab.a, flat0.dtype), jnp.asarray(tab.C, flat0.dtype)
     c, d = jnp.asarray(tab.c, jnp.result_type(h)), jnp.asarray(tab.d, jnp.result_type(h))  # as floats meet h
     has_C = jnp.asarray([any(row[:i]) for i, row in enumerate(tab.C)])
     rhs0 = f0 + (h * tab.d[0]) * ft if tab.d[0] != 0.0 else f0
-    ks = jnp.zeros((s,) + flat0.shape, flat0.dtype).at[0].set(solve(rhs0))
-    records = getattr(solve, "records", [])  # a strategy without records: an empty list of its own
+    k0, record0 = solve(rhs0)
+    ks = jnp.zeros((s,) + flat0.shape, flat0.dtype).at[0].set(k0)
 
     def weighted(coeffs, ks, i):
         # Σ_{j<i} coeffs_j k_j from zero, term by term in the order of :func:`_combine`
@@ -228,20 +232,49 @@ def _stages_looped(tab: Tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve):
         fi = f(t0 + c[i] * h, flat0 + weighted(a[i], ks, i))
         rhs = jnp.where(d[i] != 0.0, fi + (h * d[i]) * ft, fi)
         rhs = jnp.where(has_C[i], rhs + weighted(C[i], ks, i) / h, rhs)
-        before = len(records)
-        k = solve(rhs)
-        new = tuple(records[before:])  # this body's records, handed out of the scan
-        del records[before:]
-        return ks.at[i].set(k), new
+        k, record = solve(rhs)
+        return ks.at[i].set(k), record
 
-    ks, new = jax.lax.scan(stage, ks, jnp.arange(1, s))
-    records.extend(new)
-    return _solution(tab, f, t1, y0, flat0, unravel, f0, h, list(ks))
+    ks, looped = jax.lax.scan(stage, ks, jnp.arange(1, s))
+    return (*_solution(tab, f, t1, y0, flat0, unravel, f0, h, list(ks)), [record0, looped])
 
 
 # --- how W⁻¹ r is applied -------------------------------------------------------------------------
 
-class DenseLU(eqx.Module):
+class LinearSolve(eqx.Module):
+    """How a :class:`Rosenbrock` method applies ``W⁻¹ = (I/(hγ) − J)⁻¹`` to its stages' right-hand
+    sides: the protocol every strategy implements (:class:`DenseLU`, :class:`HeldInverse`,
+    :class:`Eigen`, :class:`EigenRefined`, :class:`Krylov`).
+
+    The arguments the methods share: ``f(t, x)`` the field on flat ``(n,)`` vectors; ``t0`` the
+    step's start time; ``t1`` the solve's end; ``h`` the step size; ``gamma`` the tableau's ``γ``;
+    ``flat0`` ``(n,)`` the state at ``t0``; ``n_p`` the size of its parameter block (the state is
+    ``(params, quadratures)`` flattened; the field does not read the quadratures);
+    ``state`` the strategy's solver state (a pytree, carried from step to step by diffrax)."""
+
+    @abc.abstractmethod
+    def init(self, f, t0, t1, flat0, n_p):
+        """The solver state at the solve's start (a pytree; ``None`` for none)."""
+
+    @abc.abstractmethod
+    def prepare(self, f, t0, h, gamma, flat0, n_p, state):
+        """``(solve, state)`` for one step: ``solve(r) -> (x, record)`` with ``x ≈ W⁻¹ r`` ``(n,)``
+        and ``record`` a pytree of what the strategy counts per stage solve (``None``: nothing),
+        and the solver state to carry (before :meth:`finish`)."""
+
+    def finish(self, state, records):
+        """The solver state after the step's stage solves: ``records`` is the list of the records
+        ``solve`` returned (those of a loop of stages stacked along a leading axis,
+        :func:`_stages_looped`). Default: ``state`` unchanged."""
+        return state
+
+
+def _no_record(solve):
+    """``solve`` returning ``(x, None)``: a strategy that records nothing per stage solve."""
+    return lambda r: (solve(r), None)
+
+
+class DenseLU(LinearSolve):
     """A fresh Jacobian (``jax.jacfwd``) and LU factorisation of ``W = I/(hγ) − J`` every step.
     No solver state."""
 
@@ -252,7 +285,7 @@ class DenseLU(eqx.Module):
         jac = jax.jacfwd(lambda x: f(t0, x))(flat0)
         W = jnp.eye(flat0.size, dtype=flat0.dtype) / (h * gamma) - jac
         lu = jsl.lu_factor(W)
-        return (lambda r: jsl.lu_solve(lu, r)), None
+        return _no_record(lambda r: jsl.lu_solve(lu, r)), None
 
 
 HOLD_MAX = 1.2
@@ -270,7 +303,7 @@ tolerance (the controller's held step, up to the rounding of ``t0 + h``). Reusin
 changed step size is allowed for a W-method but measured worse (more steps and rejections)."""
 
 
-class HeldInverse(eqx.Module):
+class HeldInverse(LinearSolve):
     """One Jacobian (``jax.jacfwd``) and one explicit inverse of ``W = I/(hγ) − J`` serve many steps
     of a W-method: they are reused while the step size is unchanged (:class:`HoldStep` holds it)
     for at most :data:`MAX_AGE` steps, and recomputed at the step start whenever the step size
@@ -297,16 +330,12 @@ class HeldInverse(eqx.Module):
 
         inv_w = jax.lax.cond(reuse, lambda _: inv_w, refresh, None)
         new_state = (inv_w, jnp.where(reuse, h_w, h), jnp.where(reuse, age + 1, 0).astype(jnp.int32))
-        return (lambda r: inv_w @ r), new_state
+        return _no_record(lambda r: inv_w @ r), new_state
 
 
 EIGEN_ROUND = 128
 """:func:`EigenW` computes its Jacobian once per solve (in ``init``); ``solver="auto"`` runs it in
 rounds of at most this many steps, so the Jacobian is recomputed at least this often."""
-
-SYMMETRY_TOL = 1e-8
-"""The parameter block ``P`` of the Jacobian counts as symmetric when
-``‖P − Pᵀ‖_F ≤ SYMMETRY_TOL·‖P‖_F`` (a gradient field computed in float64: ~1e-15)."""
 
 
 def _split(y0):
@@ -335,7 +364,7 @@ def eigen_solve(Q, QT, mu, R, c0, hg, r, n_p):
     return jnp.concatenate([xp, hg * (r[n_p:] + c0 * (R @ xp))])
 
 
-class Eigen(eqx.Module):
+class Eigen(LinearSolve):
     """``W⁻¹`` from one symmetric eigendecomposition per solve, for fields ``F(τ, y) = c(τ)·f(y)``
     (``c = time_factor``; ``exp`` for the engine's log time ``τ = log(1 + t)``, where
     ``c = 1 + t = dt/dτ``) whose Jacobian block over the parameters is symmetric (a gradient flow,
@@ -346,7 +375,7 @@ class Eigen(eqx.Module):
     (``jnp.linalg.eigh``) — :func:`eigen_jacobian`. At every stage of every step the matrix
     standing for ``∂F/∂y`` is ``c(τ0)·G`` at the step start ``τ0`` (the time factor exact, ``G``
     as of the solve's start) and ``W⁻¹ r`` is two products with ``Q`` (:func:`eigen_solve`), for
-    *any* step size. A non-symmetric ``P`` (``asym`` beyond :data:`SYMMETRY_TOL`) is replaced by its
+    *any* step size. A non-symmetric ``P`` (``asym`` beyond ``AutoPolicy.symmetry_tol``) is replaced by its
     symmetric part (still a W-method, with worse stability); ``solver="auto"`` sends such fields
     to :func:`Rodas4` instead (:func:`gradflow._engine.stiff.asymmetry`).
 
@@ -362,7 +391,7 @@ class Eigen(eqx.Module):
     def prepare(self, f, t0, h, gamma, flat0, n_p, state):
         Q, QT, mu, R, _ = state
         c0, hg = self.time_factor(t0), h * gamma
-        return (lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)), state
+        return _no_record(lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)), state
 
 
 REFINE = 3
@@ -405,10 +434,11 @@ class EigenRefined(Eigen):
     iterations: int = REFINE
 
     def prepare(self, f, t0, h, gamma, flat0, n_p, state):
-        precond, state = super().prepare(f, t0, h, gamma, flat0, n_p, state)
+        Q, QT, mu, R, _ = state
+        c0, hg = self.time_factor(t0), h * gamma
+        precond = lambda r: eigen_solve(Q, QT, mu, R, c0, hg, r, n_p)
         _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
-        hg = h * gamma
-        return (lambda r: refined_solve(jvp, precond, hg, r, self.iterations)), state
+        return _no_record(lambda r: refined_solve(jvp, precond, hg, r, self.iterations)), state
 
 
 KRYLOV_FRACTION = 1e-2
@@ -479,7 +509,7 @@ def krylov_solve(jvp, hg, r, n_p, scale, max_steps=KRYLOV_MAX_STEPS):
     return jnp.concatenate([xp, xq]), cg.stats["num_steps"] + more, ~ok
 
 
-class Krylov(eqx.Module):
+class Krylov(LinearSolve):
     """The exact Jacobian at the step start as a linearisation of the field (``jax.linearize``:
     Jacobian–vector products), every stage system solved by :func:`krylov_solve` (conjugate
     gradients on the parameter block, the quadrature rows by substitution) to
@@ -504,40 +534,29 @@ class Krylov(eqx.Module):
         _, jvp = jax.linearize(lambda x: f(t0, x), flat0)
         hg = h * gamma
         scale = self.fraction * (self.atol + self.rtol * jnp.abs(flat0[:n_p]))
-        calls = []
 
         def solve(r):
             x, iterations, fallback = krylov_solve(jvp, hg, r, n_p, scale, self.max_steps)
-            calls.append((iterations, fallback))
-            return x
+            return x, (iterations, fallback)
 
-        solve.records = calls  # :func:`_stages_looped` hands the loop's records back through it
-        return solve, _KrylovCount(state, calls)
+        return solve, state
 
-    def finish(self, state):
-        """The counters after the step's stage solves (called by :meth:`Rosenbrock.step`); a
-        record of a loop of solves (:func:`_stages_looped`) holds one entry per solve."""
-        its = jnp.concatenate([jnp.ravel(c[0]) for c in state.calls]).astype(jnp.int32)
-        fb = sum(jnp.sum(c[1].astype(jnp.int32)) for c in state.calls)
+    def finish(self, state, records):
+        """The counters after the step's stage solves: each record is ``(iterations, fallback)``
+        of one solve, or of a loop of solves stacked."""
+        its = jnp.concatenate([jnp.ravel(r[0]) for r in records]).astype(jnp.int32)
+        fb = sum(jnp.sum(r[1].astype(jnp.int32)) for r in records)
         step = jnp.stack([jnp.sum(its), jnp.asarray(its.size), fb, jnp.zeros(())]).astype(jnp.int32)
-        return (state.before + step).at[3].set(jnp.maximum(state.before[3], jnp.max(its)))
-
-
-class _KrylovCount:
-    """:class:`Krylov`'s counters before a step and the stage solves' counts as they are traced
-    (a Python object that lives only while one step is traced; :meth:`Krylov.finish` folds it)."""
-
-    def __init__(self, before, calls):
-        self.before, self.calls = before, calls
+        return (state + step).at[3].set(jnp.maximum(state[3], jnp.max(its)))
 
 
 # --- the solver -----------------------------------------------------------------------------------
 
 class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     """A Rosenbrock method (:class:`Tableau`) for ODEs ``dy/dt = f(t, y)`` on any pytree of float
-    arrays, with ``W⁻¹ r`` applied by ``linear`` (:class:`DenseLU`, :class:`HeldInverse`,
-    :class:`Eigen`, :class:`EigenRefined` or :class:`Krylov`; a strategy with a ``finish(state)``
-    method updates its state after the step's stage solves). No Newton iteration, so no convergence failure. Use
+    arrays, with ``W⁻¹ r`` applied by ``linear``, a :class:`LinearSolve` (:class:`DenseLU`,
+    :class:`HeldInverse`, :class:`Eigen`, :class:`EigenRefined` or :class:`Krylov`; its
+    :meth:`~LinearSolve.finish` updates its state from the step's stage solves' records). No Newton iteration, so no convergence failure. Use
     with a :class:`diffrax.PIDController` (the error estimate is the tableau's ``e``); dense output
     by cubic Hermite from ``f(y0)`` and ``f(y1)`` (one extra field evaluation per step).
 
@@ -551,13 +570,10 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
     ``looped`` (default ``False``): the stages after the first run in one ``lax.scan``
     (:func:`_stages_looped`) instead of written out (:func:`_stages`): the same arithmetic in the
     same order, results equal to round-off, a traced step about half the size for
-    :class:`Krylov` (``solver="rodas4-krylov"`` runs looped). A strategy that records something
-    per stage solve while it is traced (as :class:`Krylov` counts its iterations) must expose the
-    list it appends to as the ``records`` attribute of its ``solve`` function, so that the loop
-    can hand the records of its traced body out of the scan."""
+    :class:`Krylov` (``solver="rodas4-krylov"`` runs looped)."""
 
     tableau: Tableau = eqx.field(static=True)
-    linear: eqx.Module
+    linear: LinearSolve
     looped: bool = eqx.field(static=True, default=False)
     term_structure: ClassVar = diffrax.AbstractTerm
     interpolation_cls: ClassVar = diffrax.ThirdOrderHermitePolynomialInterpolation
@@ -583,10 +599,8 @@ class Rosenbrock(diffrax.AbstractAdaptiveSolver):
         f0, ft = jax.jvp(lambda t: f(t, flat0), (t0,), (jnp.ones_like(t0),))
         solve, state = self.linear.prepare(f, t0, t1 - t0, self.tableau.gamma, flat0, _split(y0), solver_state)
         stages = _stages_looped if self.looped else _stages
-        y1, err, dense_info = stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
-        if hasattr(self.linear, "finish"):  # state that depends on the stage solves (:class:`Krylov`)
-            state = self.linear.finish(state)
-        return y1, err, dense_info, state, diffrax.RESULTS.successful
+        y1, err, dense_info, records = stages(self.tableau, f, t0, t1, y0, flat0, unravel, f0, ft, solve)
+        return y1, err, dense_info, self.linear.finish(state, records), diffrax.RESULTS.successful
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
@@ -627,7 +641,7 @@ def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
     """RODAS4 with the exact Jacobian applied by Jacobian–vector products and every stage system
     solved by conjugate gradients to :data:`KRYLOV_FRACTION` of the step controller's ``rtol``,
     ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the implicit phase of ``auto`` for
-    gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters):
+    gradient flows of at least ``AutoPolicy.krylov_min_state`` (2000) parameters):
     the steps and errors of :func:`Rodas4`, memory ``O(n)``, no factorisation."""
     return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS), looped=True)
 

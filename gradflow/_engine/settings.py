@@ -11,10 +11,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._errors import bad_arg
 from .._validate import check_positive, check_positive_int, check_times
+from .policy import DEFAULT_POLICY, AutoPolicy
 from .solvers import resolve_solver
 
-__all__ = ["Settings", "Round", "check_settings", "default_ts", "log_taus"]
+__all__ = ["Settings", "SolveOptions", "DEFAULTS", "Round", "check_settings", "default_ts", "log_taus"]
 
 _static = dict(metadata=dict(static=True))
 
@@ -34,7 +36,10 @@ class Settings:
     end point); ``args_batched`` whether the flow's arguments carry a leading lane axis; ``lane``
     return this lane only (``None``: every lane); ``fixed_width`` run every program of a batch of
     ``B`` lanes on all ``B`` rows, the pending lanes padded (default ``False``: later rounds may
-    run buckets of the pending lanes; :func:`gradflow._engine.batch.run`)."""
+    run buckets of the pending lanes; :func:`gradflow._engine.batch.run`); ``policy`` the phase
+    policy of ``auto`` (:class:`gradflow._engine.policy.AutoPolicy`, default
+    :data:`~gradflow._engine.policy.DEFAULT_POLICY`): static, so every compiled program of a run
+    is keyed by it."""
 
     taus: Any
     t1: Any
@@ -46,12 +51,20 @@ class Settings:
     args_batched: bool = dataclasses.field(default=False, **_static)
     lane: int | None = dataclasses.field(default=None, **_static)
     fixed_width: bool = dataclasses.field(default=False, **_static)
+    policy: AutoPolicy = dataclasses.field(default=DEFAULT_POLICY, **_static)
 
     def describe(self) -> dict:
         """The settings a result's metadata records: ``solver`` (the name asked for), ``rtol``,
-        ``atol``, ``t1`` (Python floats) and ``max_steps``."""
-        return {"solver": self.solver, "rtol": float(self.rtol), "atol": float(self.atol), "t1": float(self.t1),
-                "max_steps": self.max_steps}
+        ``atol``, ``t1`` (Python floats) and ``max_steps``; ``policy`` too when ``auto`` ran under
+        a policy other than the default: a string, ``AutoPolicy(...)`` with the fields that differ
+        from the default (hashable and JSON-friendly, as every metadata value)."""
+        out = {"solver": self.solver, "rtol": float(self.rtol), "atol": float(self.atol), "t1": float(self.t1),
+               "max_steps": self.max_steps}
+        if self.solver == "auto" and self.policy != DEFAULT_POLICY:
+            changed = [f"{f.name}={getattr(self.policy, f.name)!r}" for f in dataclasses.fields(self.policy)
+                       if getattr(self.policy, f.name) != getattr(DEFAULT_POLICY, f.name)]
+            out["policy"] = f"AutoPolicy({', '.join(changed)})"
+        return out
 
     def replace(self, **changes) -> Settings:
         """A copy with ``changes`` (keyword arguments, as the fields)."""
@@ -97,7 +110,51 @@ def log_taus(ts: np.ndarray, t1: float) -> np.ndarray:
     return taus
 
 
-def check_settings(*, t1, ts, rtol, atol, max_steps, solver) -> tuple[Settings, np.ndarray]:
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SolveOptions:
+    """The settings every front end shares (:func:`gradflow.integrate`,
+    :func:`gradflow.integrate_batch`, :func:`gradflow.simulate`, :func:`gradflow.simulate_batch`,
+    ``gradflow sweep``), each default written once, here: the front ends' signatures take their
+    defaults from :data:`DEFAULTS`. Keyword-only and immutable; not checked until
+    :meth:`settings`.
+
+    - ``ts`` (``None``): flow times to save at, strictly increasing in ``[0, t1]``; ``None``:
+      ``0`` and 400 log-spaced points from ``1e-3`` to ``t1`` (:func:`default_ts`).
+    - ``rtol`` (``1e-8``), ``atol`` (``None``: ``rtol/100``): the step controller's tolerances
+      on the state in log time.
+    - ``max_steps`` (``16384``): each lane's step budget, all phases together.
+    - ``solver`` (``"auto"``): a name of :data:`gradflow.SOLVERS`.
+    - ``rest_stop`` (``True``): stop once the flow is at rest (docs: Solvers, "The rest stop").
+    - ``policy`` (``None``: :data:`gradflow._engine.policy.DEFAULT_POLICY`): the phase policy of
+      ``solver="auto"``, a :class:`gradflow.AutoPolicy`."""
+
+    ts: Any = None
+    rtol: float = 1e-8
+    atol: float | None = None
+    max_steps: int = 16384
+    solver: str = "auto"
+    rest_stop: bool = True
+    policy: AutoPolicy | None = None
+
+    def settings(self, t1) -> tuple[Settings, np.ndarray]:
+        """``(settings, ts)`` for a solve to ``t1``: :func:`check_settings` of these options
+        (``atol`` resolved to ``rtol/100`` when ``None``).
+
+        **Raises:** :class:`gradflow.GradflowValueError` as :func:`check_settings`, and for a
+        ``rest_stop`` that is not a bool."""
+        if not isinstance(self.rest_stop, (bool, np.bool_)):
+            raise bad_arg("rest_stop", self.rest_stop, "True (stop once the flow is at rest) or False (integrate to t1)")
+        rtol = check_positive("rtol", self.rtol, upper=1.0)
+        atol = rtol / 100 if self.atol is None else self.atol
+        return check_settings(t1=t1, ts=self.ts, rtol=rtol, atol=atol, max_steps=self.max_steps, solver=self.solver,
+                              policy=self.policy)
+
+
+DEFAULTS = SolveOptions()
+"""The front ends' defaults (:class:`SolveOptions`)."""
+
+
+def check_settings(*, t1, ts, rtol, atol, max_steps, solver, policy=None) -> tuple[Settings, np.ndarray]:
     """Validate the solve settings shared by every front end.
 
     Returns ``(settings, ts)``: ``ts`` the save times (default :func:`default_ts`), ``settings``
@@ -106,13 +163,18 @@ def check_settings(*, t1, ts, rtol, atol, max_steps, solver) -> tuple[Settings, 
 
     **Raises:** :class:`gradflow.GradflowValueError` for ``t1`` not in ``(0, ∞)``, ``ts`` not a
     strictly increasing 1-D array in ``[0, t1]``, ``rtol`` not in ``(0, 1)``, ``atol ≤ 0``,
-    ``max_steps`` not a positive integer, an unknown ``solver``."""
+    ``max_steps`` not a positive integer, an unknown ``solver``, a ``policy`` that is not an
+    :class:`~gradflow._engine.policy.AutoPolicy` (``None``: the default)."""
     t1, ts = check_times(t1, ts)
     if ts is None:
         ts = default_ts(t1)
     rtol = check_positive("rtol", rtol, upper=1.0)
     atol = check_positive("atol", atol)
     max_steps = check_positive_int("max_steps", max_steps)
+    if policy is None:
+        policy = DEFAULT_POLICY
+    elif not isinstance(policy, AutoPolicy):
+        raise bad_arg("policy", policy, "a gradflow.AutoPolicy (or None: the default)")
     settings = Settings(taus=log_taus(ts, t1), t1=np.asarray(t1), rtol=np.asarray(rtol), atol=np.asarray(atol),
-                        solver=resolve_solver(solver), max_steps=max_steps, keep=len(ts))
+                        solver=resolve_solver(solver), max_steps=max_steps, keep=len(ts), policy=policy)
     return settings, ts

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 from .._status import Status
 from . import _fastjit, loop
 from .solvers import make_controller, make_solver
+from .policy import DEFAULT_POLICY
 from .stiff import asymmetry, stiffness_ratio
 
 __all__ = ["Flow", "FlowArgs", "SolveState", "Status", "REST_FRACTION", "STALL_ULPS", "at_rest", "nonfinite_ahead", "rhs",
@@ -350,7 +351,8 @@ def _continue_at_rest(flow: Flow, fargs, y_rest, tau_rest, taus):
     return held, {k: quads[k] + rates[k] * dt for k in quads}
 
 
-def stiffness_of(flow: Flow, fargs, y_end, tau_end, tau_start, round_steps):
+def stiffness_of(flow: Flow, fargs, y_end, tau_end, tau_start, round_steps,
+                 iterations: int = DEFAULT_POLICY.power_iterations):
     """``(h·ρ, asymmetry)`` of a lane's last solve, for the phase policy of ``solver="auto"``
     (:func:`gradflow._engine.stiff.phase_of_lanes`): ``h`` the solve's mean log-time step, ``ρ``
     the spectral radius of the log-time Jacobian at its end state
@@ -360,10 +362,11 @@ def stiffness_of(flow: Flow, fargs, y_end, tau_end, tau_start, round_steps):
     run that ends in its first round never compiles it.
 
     **Arguments:** the lane's :class:`SolveState` fields ``y_end``, ``tau_end``, ``tau_start``,
-    ``round_steps``.
+    ``round_steps``; ``iterations`` the power iterations (the run's
+    :attr:`gradflow._engine.policy.AutoPolicy.power_iterations`, a Python int).
 
     **Returns:** two float scalars in ``tau_end``'s dtype, ``h·ρ`` (dimensionless) and the
     relative asymmetry ``‖(P − Pᵀ) v‖ / ‖P v‖`` of the parameter block (:func:`gradflow._engine.stiff.asymmetry`)."""
     field = lambda y: _log_time_rhs(tau_end, y, FlowArgs(flow, fargs))
     dtau = (tau_end - tau_start) / jnp.maximum(round_steps, 1)
-    return stiffness_ratio(field, y_end, dtau), asymmetry(field, y_end)
+    return stiffness_ratio(field, y_end, dtau, iterations), asymmetry(field, y_end)

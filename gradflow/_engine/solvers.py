@@ -20,7 +20,7 @@ from .._errors import bad_arg
 from . import chebyshev, rosenbrock
 from .erk import UnrolledDopri8
 
-__all__ = ["AUTO", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "StepBudget", "spec", "code_of", "make_solver",
+__all__ = ["AUTO", "Controller", "PID", "PID_IMPLICIT", "HOLD", "SolverEntry", "SOLVER_TABLE", "SOLVERS", "StepBudget", "spec", "code_of", "make_solver",
            "make_controller", "resolve_solver"]
 
 AUTO = "auto"
@@ -78,14 +78,43 @@ def _rkc(rtol, atol, batched):
     return chebyshev.RKC(1e-8 if rtol is None else rtol)
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Controller:
+    """The step-size controller a solver runs under: diffrax's :class:`diffrax.PIDController`
+    with proportional and integral coefficients ``pcoeff``, ``icoeff``, wrapped in
+    :class:`gradflow._engine.rosenbrock.HoldStep` when ``hold`` (the step size is kept while it
+    would grow by a factor of at most ``HOLD_MAX``, so a W-method reuses its matrix)."""
+
+    pcoeff: float = 0.0
+    icoeff: float = 1.0
+    hold: bool = False
+
+    def build(self, rtol, atol, dtmin):
+        """The controller at ``rtol``, ``atol`` that stalls (rather than forcing a step) below ``dtmin``."""
+        ctrl = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=self.pcoeff, icoeff=self.icoeff, dtmin=dtmin,
+                                     force_dtmin=False)
+        return rosenbrock.HoldStep(ctrl, rosenbrock.HOLD_MAX) if self.hold else ctrl
+
+
+PID = Controller()
+"""diffrax's default PID coefficients (``pcoeff = 0``, ``icoeff = 1``: an integral controller),
+for explicit methods."""
+
+PID_IMPLICIT = Controller(pcoeff=0.3, icoeff=0.4)
+"""The PI coefficients Hairer & Wanner recommend for implicit methods (``pcoeff = 0.3``,
+``icoeff = 0.4``; diffrax's documentation suggests the same)."""
+
+HOLD = Controller(pcoeff=0.3, icoeff=0.4, hold=True)
+""":data:`PID_IMPLICIT` holding the step size while it would barely grow (ROS34PW2 reuses ``W⁻¹``)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class SolverEntry:
     """One row of :data:`SOLVER_TABLE`.
 
     ``name``: the public ``solver`` name; ``code``: the integer lanes carry (> 0); ``make(rtol,
-    atol, batched)``: the diffrax solver; ``controller``: ``"pid"`` (diffrax's default PID
-    coefficients), ``"pid-implicit"`` (``pcoeff = 0.3, icoeff = 0.4``, for implicit methods) or
-    ``"hold"`` (the implicit PID with :class:`gradflow._engine.rosenbrock.HoldStep`); ``implicit``:
+    atol, batched)``: the diffrax solver; ``controller``: its :class:`Controller` (:data:`PID`,
+    :data:`PID_IMPLICIT` or :data:`HOLD`); ``implicit``:
     it factorises or decomposes dense matrices (BLAS threads limited,
     :func:`gradflow._engine.stiff.blas_threads`); ``gradient_only``: it assumes a symmetric
     parameter block of the Jacobian (a gradient flow, :func:`gradflow._engine.stiff.asymmetry`);
@@ -94,7 +123,7 @@ class SolverEntry:
     name: str
     code: int
     make: Callable
-    controller: str = "pid"
+    controller: Controller = PID
     implicit: bool = False
     gradient_only: bool = False
     auto_round: int | None = None
@@ -104,14 +133,14 @@ SOLVER_TABLE = (
     SolverEntry("tsit5", 1, _tsit5),
     SolverEntry("dopri5", 2, _dopri5),
     SolverEntry("dopri8", 3, _dopri8),
-    SolverEntry("kvaerno5", 4, _kvaerno5, "pid-implicit", implicit=True),
-    SolverEntry("rodas4", 5, _rodas4, "pid-implicit", implicit=True),
-    SolverEntry("ros34pw2", 6, _ros34pw2, "hold", implicit=True),
-    SolverEntry("ros34pw2-eigh", 7, _ros34pw2_eigh, "pid-implicit", implicit=True, gradient_only=True,
+    SolverEntry("kvaerno5", 4, _kvaerno5, PID_IMPLICIT, implicit=True),
+    SolverEntry("rodas4", 5, _rodas4, PID_IMPLICIT, implicit=True),
+    SolverEntry("ros34pw2", 6, _ros34pw2, HOLD, implicit=True),
+    SolverEntry("ros34pw2-eigh", 7, _ros34pw2_eigh, PID_IMPLICIT, implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_ROUND),
-    SolverEntry("rodas4-eigh", 8, _rodas4_eigh, "pid-implicit", implicit=True, gradient_only=True,
+    SolverEntry("rodas4-eigh", 8, _rodas4_eigh, PID_IMPLICIT, implicit=True, gradient_only=True,
                auto_round=rosenbrock.EIGEN_RODAS4_ROUND),
-    SolverEntry("rodas4-krylov", 9, _rodas4_krylov, "pid-implicit", implicit=True, gradient_only=True),
+    SolverEntry("rodas4-krylov", 9, _rodas4_krylov, PID_IMPLICIT, implicit=True, gradient_only=True),
     SolverEntry("rkc", 10, _rkc, gradient_only=True),
 )
 """The solvers, by code. ``tsit5``, ``dopri5``, ``dopri8``: diffrax's explicit methods (Dopri8:
@@ -124,10 +153,10 @@ reused while its step size is held (fewer Jacobians, ~3× the steps of ``rodas4`
 Hessian per solve (about twice the steps of ``rodas4-eigh``). ``rodas4-eigh``: Rodas4 whose stage
 systems with the exact Jacobian are solved by a few sweeps preconditioned by that
 eigendecomposition (no factorisation per step; the implicit phase of ``auto`` for gradient flows
-of at least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE` parameters). ``rodas4-krylov``: Rodas4
+of at least ``AutoPolicy.eigen_min_state`` (128) parameters). ``rodas4-krylov``: Rodas4
 whose stage systems with the exact Jacobian are solved by conjugate gradients on Jacobian–vector
 products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n)``; the implicit
-phase of ``auto`` for gradient flows of at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE`
+phase of ``auto`` for gradient flows of at least ``AutoPolicy.krylov_min_state`` (2000)
 parameters). See :mod:`gradflow._engine.rosenbrock`. ``rkc``: the stabilised explicit
 Runge–Kutta–Chebyshev method RKC (order 2), its stage number chosen every step from a power
 iteration on Jacobian–vector products, for large gradient flows of moderate stiffness and
@@ -148,8 +177,8 @@ each round whether its steps were stability-limited (``h·ρ`` against Dopri8's 
 and switches such a lane to an implicit method, and back to ``dopri8`` when the implicit steps
 get small (:mod:`gradflow._engine.stiff`). The implicit method: for gradient flows (the
 Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) ``rodas4-krylov``
-with at least :data:`gradflow._engine.stiff.KRYLOV_MIN_STATE` parameters, ``rodas4-eigh`` with at
-least :data:`gradflow._engine.stiff.EIGEN_MIN_STATE`; ``rodas4`` otherwise.
+with at least ``AutoPolicy.krylov_min_state`` (2000) parameters, ``rodas4-eigh`` with at
+least ``AutoPolicy.eigen_min_state`` (128); ``rodas4`` otherwise.
 Implicit solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`). The
 metadata's ``solver`` field records the name asked for (``auto`` included)."""
 
@@ -174,14 +203,7 @@ def make_controller(code: int | np.integer, rtol, atol, dtmin, budget=None, tau1
     ``atol`` that stalls (rather than forcing a step) below ``dtmin``; with ``budget`` (an integer
     array) it ends the solve after that many steps (:class:`StepBudget`, ``tau1`` the end of the
     solve)."""
-    stall = dict(dtmin=dtmin, force_dtmin=False)
-    kind = spec(code).controller
-    if kind == "pid":
-        ctrl = diffrax.PIDController(rtol=rtol, atol=atol, **stall)
-    else:
-        ctrl = diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4, **stall)
-        if kind == "hold":  # hold the step size while it would barely grow: its inverse is reused
-            ctrl = rosenbrock.HoldStep(ctrl, rosenbrock.HOLD_MAX)
+    ctrl = spec(code).controller.build(rtol, atol, dtmin)
     if budget is not None and tau1 is None:
         raise ValueError("make_controller: a step budget needs tau1, the end of the solve")
     return ctrl if budget is None else StepBudget(ctrl, budget, tau1)
