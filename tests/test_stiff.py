@@ -405,9 +405,9 @@ def test_auto_picks_the_eigen_w_method_only_for_gradient_flows(monkeypatch, grad
     flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
     p0 = np.linspace(1.0, -1.0, 6)
     settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
-                                  max_steps=20000, solver="auto")
+                                  max_steps=20000, solver="auto",
+                                  policy=POLICY.replace(eigen_min_state=1))  # the size threshold is not tested here
     used = _solvers_used(monkeypatch)
-    monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)  # the policy's size threshold is not what is tested here
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
     implicit = {s for s in used if s != "dopri8"}
     assert implicit == ({POLICY.implicit} if gradient else {POLICY.fallback}), used
@@ -657,10 +657,9 @@ def test_auto_runs_krylov_through_the_engine(monkeypatch):
     flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
     p0 = np.linspace(1.0, -1.0, 6)
     settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
-                                  max_steps=20000, solver="auto")
+                                  max_steps=20000, solver="auto",
+                                  policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6))
     used = _solvers_used(monkeypatch)
-    monkeypatch.setattr(stiff, "EIGEN_MIN_STATE", 1)
-    monkeypatch.setattr(stiff, "KRYLOV_MIN_STATE", 6)
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
     assert {s for s in used if s != "dopri8"} == {POLICY.krylov}, used
     assert int(out.status_code) == int(S_status.ok)
