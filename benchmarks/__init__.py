@@ -5,7 +5,7 @@ smoke run at small sizes (used by the test suite). See ``benchmarks/__main__.py`
 """
 
 import gradflow as _gradflow
-from gradflow._layout import install_source_finder as _install_source_finder
+from gradflow.internal import install_source_finder as _install_source_finder
 
 # gradflow.theory / gradflow.sims from this checkout also when it is run with PYTHONPATH = its root
 # and another checkout is installed (what `gradflow`'s own command does; `import gradflow` does not)

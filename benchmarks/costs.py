@@ -71,8 +71,8 @@ def field_floor(V0s, teachers, evals: int, lanes: int):
     import jax.numpy as jnp
 
     import gradflow
-    from gradflow.flow import log_time_field
-    from gradflow.models import get_model
+    from gradflow.attention.flow import log_time_field
+    from gradflow.attention.models import get_model
 
     model = get_model("value-softmax", "softmax", 1.0)
 

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradflow
-from gradflow.sweep import fig2_init
+from gradflow.attention.sweep import fig2_init
 
 from benchmarks._report import put_section
 from benchmarks._timing import interleaved_medians

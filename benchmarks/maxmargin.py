@@ -1,6 +1,6 @@
 """Max-margin token selection to ``t = 1e30``: :func:`gradflow.integrate` against SciPy
 ``solve_ivp`` (DOP853, LSODA) on the same flow, in the same log time ``τ = log(1 + t)``, with the
-same field (``jax.grad`` of :func:`gradflow.maxmargin.p_loss`, centred softmax derivatives), at
+same field (``jax.grad`` of :func:`gradflow.attention.maxmargin.p_loss`, centred softmax derivatives), at
 equal tolerances; error of ``p(t1)`` against a tight SciPy DOP853 reference (rtol 1e-13).
 
 Also the numbers of the max-margin closing note: ``1 − cos(p(t), p_mm)`` at ``t = 1e4, 1e12,
@@ -27,7 +27,7 @@ from scipy.integrate import solve_ivp
 
 import gradflow
 from benchmarks._timing import timed
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 from gradflow.theory import maxmargin as tmm
 
 T1 = 1e30

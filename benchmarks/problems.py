@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 
 import gradflow
-from gradflow.sweep import fig2_init
+from gradflow.attention.sweep import fig2_init
 from benchmarks import reference as ref
 
-fig2_draws = fig2_init  # the paper's Fig. 2 draws (one copy: gradflow.sweep.fig2_init)
+fig2_draws = fig2_init  # the paper's Fig. 2 draws (one copy: gradflow.attention.sweep.fig2_init)
 
 
 def flow(loss, V0, a0, **kw):
@@ -36,8 +36,8 @@ def bare_diffrax(loss, V0, a0, ts):
     import diffrax
     import jax
 
-    from gradflow.flow import log_time_field
-    from gradflow.models import get_model
+    from gradflow.attention.flow import log_time_field
+    from gradflow.attention.models import get_model
 
     model = get_model("value-softmax", "softmax", 1.0)
     y0 = (jax.numpy.asarray(V0), jax.numpy.asarray(a0), jax.numpy.zeros(()))

@@ -199,8 +199,8 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
     from jax.flatten_util import ravel_pytree
 
     from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
-    from gradflow.models import prepare
-    from gradflow.internal import value_softmax_flow
+    from gradflow.attention.models import prepare
+    from gradflow.attention import value_softmax_flow
 
     W0, a0, X, y = conditioning_init(kappa, 123, d)
     loss = gradflow.SquareLoss(y, design=X, scale=1.0)
@@ -334,8 +334,8 @@ def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
     import jax.numpy as jnp
 
     from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
-    from gradflow.models import prepare
-    from gradflow.internal import value_softmax_flow
+    from gradflow.attention.models import prepare
+    from gradflow.attention import value_softmax_flow
 
     mdl, V, a = prepare(loss, W0, a0, "value-softmax", "softmax", 1.0, batch=False)
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})

@@ -5,7 +5,7 @@ of `W` itself. Tarzanagh, Li, Thrampoulidis, Oymak ("Transformers as Support Vec
 2023) show that the regularisation path of `(K, Q)` turns to the *nuclear-norm* att-SVM
 `W_* = argmin ‖W‖_* s.t. (x_{i,opt_i} − x_it)ᵀ W z_i ≥ 1`, while `W` trained directly turns to
 the Frobenius one, `W_F`. Here both gradient flows run with `gradflow.integrate` (defaults) to
-`t = 1e30` on one draw where the two SVMs differ (`gradflow.maxmargin.att_svm_nuclear`, solved
+`t = 1e30` on one draw where the two SVMs differ (`gradflow.attention.maxmargin.att_svm_nuclear`, solved
 with CVXPY and Clarabel, against `att_svm_kq`). The same statement on more draws is the check
 `mm.kq-nuclear` (`gradflow check mm.kq-nuclear`), and there it does **not** hold on every draw: on
 7 of its 16 default draws K Qᵀ at t = 1e30 is not clearly closer to the nuclear-norm solution
@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 
 data = mm.token_selection_data(7, n=4, T=4, d=4)       # 4 samples, 4 tokens, d = 4
 W_nuc = mm.att_svm_nuclear(data.X, data.Y, data.v, data.opt, data.Z).w

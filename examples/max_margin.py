@@ -3,7 +3,7 @@
 p-attention `f(X) = vᵀ Xᵀ softmax(X p)` under the logistic loss, with `v` fixed (Tarzanagh, Li,
 Zhang, Oymak, NeurIPS 2023; Tarzanagh, Li, Thrampoulidis, Oymak, "Transformers as Support Vector
 Machines", 2023): `‖p‖` diverges and its direction tends to the att-SVM solution
-`p_mm = argmin ‖p‖ s.t. (x_{i,opt_i} − x_it)ᵀ p ≥ 1`. `gradflow.maxmargin` holds the data
+`p_mm = argmin ‖p‖ s.t. (x_{i,opt_i} − x_it)ᵀ p ≥ 1`. `gradflow.attention.maxmargin` holds the data
 (`token_selection_data`: a stated optimal token per sample, non-optimal tokens sharing one score),
 the losses (`p_loss`, `pv_loss`, `kq_loss`) and the SVMs (`att_svm`, solved with Clarabel); here
 the flow runs with `gradflow.integrate_batch` to `t = 1e30` for 4 draws, against the att-SVM of
@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 
 draws = [mm.token_selection_data(seed, n=3, T=4, d=10) for seed in range(4)]
 right = [mm.att_svm(dt.X, dt.Y, dt.v, dt.opt).w for dt in draws]

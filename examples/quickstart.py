@@ -2,7 +2,7 @@
 
 The logistic teacher with `n = d = 8` and the authors' seed 123: the gradient flow to
 `t = 1e12` (Dopri8 in log time, float64), plain gradient descent at the authors' step size
-`lr = 0.1` for 1e5 iterations (flow time `t = 1e4`), and `gradflow.plot.trajectory` with GD
+`lr = 0.1` for 1e5 iterations (flow time `t = 1e4`), and `gradflow.attention.plot.trajectory` with GD
 overlaid. The weights keep the order of `u(0)` (Thm 3.2) and polarise onto the top token
 (Thm 3.3), logarithmically slowly.
 """
@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 import gradflow
-import gradflow.plot
+import gradflow.attention.plot
 
 rng = np.random.RandomState(123)                               # the paper's Fig. 2 draws
 V0, a0 = 0.1 * rng.randn(8, 8), 0.0 * rng.randn(8)
@@ -28,6 +28,6 @@ top = int(np.argmax(np.asarray(flow.u[0])))
 assert flow.ok and int(np.argmax(np.asarray(flow.s[-1]))) == top, "the top-u token must win (Thm 3.3(c))"
 
 os.makedirs("out/examples", exist_ok=True)
-fig = gradflow.plot.trajectory(flow, gd=gd)
+fig = gradflow.attention.plot.trajectory(flow, gd=gd)
 fig.savefig("out/examples/quickstart.png", dpi=200)
 print("plot: out/examples/quickstart.png")

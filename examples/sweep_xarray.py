@@ -1,6 +1,6 @@
 """A sweep of 1024 seeds, analysed with xarray
 
-`gradflow.sweep` runs Fig. 2's setting (logistic teacher, `n = d = 8`, `V(0) = 0.1·randn`,
+`gradflow.attention.sweep` runs Fig. 2's setting (logistic teacher, `n = d = 8`, `V(0) = 0.1·randn`,
 `a(0) = 0`) for seeds 0–1023 to `t = 1e12`, in four batches of 256 seeds, into one zarr store
 (`gradflow sweep out/examples/sweep.zarr --seeds 0:1024 --chunk 256` on the command line does the
 same; a rerun computes only what is missing). `xarray.open_zarr` reads it as labelled arrays, and
@@ -14,8 +14,8 @@ import os
 import numpy as np
 import xarray as xr
 
-import gradflow.plot
-from gradflow.sweep import SweepSpec, run_sweep
+import gradflow.attention.plot
+from gradflow.attention.sweep import SweepSpec, run_sweep
 
 out = "out/examples/sweep.zarr"
 spec = SweepSpec(seed_start=0, seed_stop=1024, chunk=256, n=(8,), t1=(1e12,), points=50)
@@ -43,5 +43,5 @@ print(f"least polarised seed: {int(ds.seed[slowest])} "
 assert bool(winner_is_top_u0.all()), "Thm 3.3(c): the weights polarise onto the top-u(0) token"
 
 os.makedirs("out/examples", exist_ok=True)
-gradflow.plot.sweep(xr.open_zarr(out)).savefig("out/examples/sweep.png", dpi=200)
+gradflow.attention.plot.sweep(xr.open_zarr(out)).savefig("out/examples/sweep.png", dpi=200)
 print("plot: out/examples/sweep.png")

@@ -1,8 +1,8 @@
 """The discrete twin of the flow: gradient descent (or any optax optimiser), jitted with ``lax.scan``.
 
-:func:`descend` for the value-softmax family (``(V, a)``, exact softmax field, Γ), and
 :func:`descend_params` for any loss over any parameter pytree (as :func:`gradflow.integrate`);
-both run the same loop on a :class:`gradflow._engine.solve.Flow`."""
+:func:`gradflow.attention.descend` runs the same loop (``_descend_jit``) on the value-softmax
+family's :class:`gradflow._engine.solve.Flow`."""
 
 from __future__ import annotations
 
@@ -11,18 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import ArrayLike, Real
 
 from ._status import Status
 from ._errors import bad_arg
 from ._validate import check_positive, check_positive_int, check_time_resolution
 from ._integrate import prepare_user
-from .losses import AbstractLoss
-from .models import AbstractModel, prepare
-from ._simulate import value_softmax_flow
-from .trajectory import Solution, Trajectory
+from .solution import Solution
 
-__all__ = ["descend", "descend_params", "default_record"]
+__all__ = ["descend_params", "default_record"]
 
 
 def default_record(steps: int, num: int = 400) -> np.ndarray:
@@ -94,70 +90,6 @@ def _check_gd(lr, steps, optimizer, record):
         raise bad_arg("optimizer", optimizer, "an optax.GradientTransformation or None")
     rec = _check_record(record, steps)
     return lr, steps, rec, jnp.asarray(np.diff(np.concatenate([[0], rec])))
-
-
-def descend(
-    loss: AbstractLoss,
-    V0: Real[ArrayLike, "d n"],
-    a0: Real[ArrayLike, "..."],
-    *,
-    lr: float,
-    steps: int,
-    record=None,
-    optimizer: optax.GradientTransformation | None = None,
-    normalization: str = "softmax",
-    temperature: float = 1.0,
-    model: str | AbstractModel = "value-softmax",
-) -> Trajectory:
-    """Run ``steps`` iterations of gradient descent on ``L(V, a)`` (the explicit Euler scheme of the flow).
-
-    **Arguments:**
-
-    - ``loss``, ``V0``, ``a0``, ``normalization``, ``temperature``, ``model``: as :func:`gradflow.simulate`.
-    - ``lr``: step size ``> 0``; iteration ``k`` sits at flow time ``t = lr·k``.
-    - ``steps``: number of iterations ``≥ 1``.
-    - ``record``: iteration indices to save (strictly increasing, in ``[0, steps]``; ``0`` is
-      the initial state). Default :func:`default_record` (``0`` and ~400 log-spaced indices).
-    - ``optimizer``: any ``optax.GradientTransformation``; default ``optax.sgd(lr)``, i.e.
-      ``θ ← θ − lr·∇L`` exactly. A custom optimiser is a static argument of the jitted loop
-      (a new instance recompiles); the default does not recompile for a new ``lr``.
-
-    **Returns:** a :class:`Trajectory` with ``k = record`` and ``t = lr·k``; ``Gamma`` is the
-    left Riemann sum ``Σ_{j<k} lr·γ(β_j)``. If an iterate turns non-finite (divergence), the
-    run stops there with status ``nonfinite``; later points hold the last finite iterate and
-    have ``valid = False``; ``t_end = lr·k`` of that iterate.
-
-    **Raises:** :class:`gradflow.GradflowValueError` for bad arrays or names, ``lr ≤ 0``,
-    ``steps < 1`` or a bad ``record``.
-    """
-    mdl, V0, a0 = prepare(loss, V0, a0, model, normalization, temperature, batch=False)
-    lr, steps, rec, increments = _check_gd(lr, steps, optimizer, record)
-    out = _descend_jit(value_softmax_flow(loss, False), (mdl, loss), (V0, a0), jnp.asarray(lr), increments, optimizer)
-    (V, a), Gamma = out.pop("params"), out.pop("quadratures")["Gamma"]
-    out.update(V=V, a=a, Gamma=Gamma, **out.pop("observed"))
-    k = jnp.asarray(rec)
-    valid = out.pop("k_reached") == k
-    k_end = out.pop("k_end")
-    failed = out.pop("failed")
-    meta = {
-        "method": "gd" if optimizer is None else "optax",
-        "model": mdl.name,
-        "normalization": mdl.normalization,
-        "temperature": float(mdl.temperature),
-        "loss": type(loss).__name__,
-        "lr": lr,
-        "steps": steps,
-    }
-    return Trajectory(
-        t=lr * k.astype(jnp.float64),
-        k=k,
-        valid=valid,
-        num_steps=k_end,
-        status_code=jnp.where(failed, Status.nonfinite, Status.ok),
-        t_end=lr * k_end.astype(jnp.float64),
-        meta=tuple(sorted(meta.items())),
-        **out,
-    )
 
 
 def descend_params(

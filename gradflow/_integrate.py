@@ -26,7 +26,7 @@ from ._engine.settings import DEFAULTS, SolveOptions
 from ._engine.solve import Flow
 from ._errors import GradflowValueError, bad_arg, describe
 from ._validate import working_dtype
-from .trajectory import Solution
+from .solution import Solution
 
 __all__ = ["integrate", "integrate_batch", "check_params", "UserFunctions"]
 

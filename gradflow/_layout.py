@@ -1,12 +1,12 @@
-"""Where ``gradflow.theory`` and ``gradflow.sims`` come from.
+"""Where ``gradflow.theory``, ``gradflow.sims`` and ``gradflow.app`` come from.
 
-The repository keeps three top-level folders, ``gradflow/``, ``theory/`` and ``sims/``; an
-install (wheel or editable, ``pyproject.toml``'s ``package-dir``) puts the last two inside the
-first, as ``gradflow.theory`` and ``gradflow.sims``. In a source checkout used without an
-install (``PYTHONPATH`` = the repository root, e.g. a git worktree beside an installed checkout),
-:func:`install_source_finder` maps the two subpackage names onto the sibling folders the same
-way. ``import gradflow`` does not call it (a library import adds no import hook to the user's
-process); the ``gradflow`` command (:func:`gradflow.cli.main`), the test run
+The repository keeps four top-level package folders, ``gradflow/``, ``theory/``, ``sims/`` and
+``app/``; an install (wheel or editable, ``pyproject.toml``'s ``package-dir``) puts the last three
+inside the first, as ``gradflow.theory``, ``gradflow.sims`` and ``gradflow.app``. In a source
+checkout used without an install (``PYTHONPATH`` = the repository root, e.g. a git worktree beside
+an installed checkout), :func:`install_source_finder` maps the subpackage names onto the sibling
+folders the same way. ``import gradflow`` does not call it (a library import adds no import hook
+to the user's process); the ``gradflow`` command (:func:`gradflow.app.cli.main`), the test run
 (``tests/conftest.py``) and the benchmarks (``benchmarks/__init__.py``) do. ``import theory`` / ``import sims``
 (a second copy of the modules under another name: two registries, two classes of every result)
 is refused with an ImportError by the folders' own ``__init__``.
@@ -21,7 +21,7 @@ import sys
 
 __all__ = ["SUBPACKAGES", "install_source_finder"]
 
-SUBPACKAGES = {"gradflow.theory": "theory", "gradflow.sims": "sims"}
+SUBPACKAGES = {"gradflow.theory": "theory", "gradflow.sims": "sims", "gradflow.app": "app"}
 """Installed name -> folder of the repository root."""
 
 

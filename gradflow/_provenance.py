@@ -1,7 +1,7 @@
 """Where a result came from, written once: package versions, the git revision of the checkout and
 a hash of the source files that compute a result.
 
-Used by :mod:`gradflow._xarray` (a trajectory's ``attrs``), :mod:`gradflow.sweep` (a store's
+Used by :mod:`gradflow._xarray` (a trajectory's ``attrs``), :mod:`gradflow.attention.sweep` (a store's
 ``attrs``) and :mod:`gradflow.sims.build` (each figure's ``ID.json``); the Sec. 4 run cache keys
 its figure data by :func:`source_hash` of the modules that train a run. (The exported-program
 cache, ``gradflow/_engine/_export.py``, still hashes gradflow's sources itself.)

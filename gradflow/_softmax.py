@@ -7,7 +7,7 @@ rounds to ``1`` (a logit gap ≳ 37 in float64, ≳ 17 in float32) the ``m``-th 
 ``0`` or of the wrong sign, the derivative no longer sums to zero, and a gradient flow on a loss
 built on it stalls or drifts exactly where token selection happens (the long-horizon regime of the
 paper's Thm 3.3 and of max-margin attention). Here every derivative is written in the *centred*
-form (the one :func:`gradflow.maps.softmax_vjp` uses for the value-softmax field): entries other
+form (the one :func:`gradflow.attention.maps.softmax_vjp` uses for the value-softmax field): entries other
 than the top index ``m`` are computed directly, and the ``m``-th one as minus the sum of the
 others, which has no cancellation.
 

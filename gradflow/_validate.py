@@ -1,6 +1,6 @@
 """Argument validation shared by every public entry point (``integrate``, ``simulate``,
 ``descend``, the losses, maps, models and the CLI). Knows no loss or model (their own checks,
-e.g. :func:`gradflow.models.prepare`, build on these).
+e.g. :func:`gradflow.attention.models.prepare`, build on these).
 
 Each check raises :class:`gradflow.GradflowValueError` (a ``ValueError``) built by
 :func:`gradflow._errors.bad_arg`: one line naming the argument, the value received and what is

@@ -1,6 +1,6 @@
 """Labelled arrays (xarray) for gradflow results: :meth:`gradflow.Trajectory.to_xarray`.
 
-Dimension names, shared with the sweep store of :mod:`gradflow.sweep`:
+Dimension names, shared with the sweep store of :mod:`gradflow.attention.sweep`:
 
 - ``run``: lanes of a batch (only for a batched trajectory);
 - ``t``: saved points (the coordinate ``t`` holds the flow time; ``k`` the GD iteration, for

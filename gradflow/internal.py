@@ -15,20 +15,30 @@ without a deprecation period.
   engine's solver modules (``ROUND_STEPS``, ``EXPLICIT_ROUND``, the solve loop and its ``diffeqsolve``
   reference, ...), for the benchmarks that time them; ``engine_fastjit``: its compiled-call
   wrapper (``FAST_COMPILE``, which ``benchmarks/first_call.py`` turns off for its baseline).
-- :func:`value_softmax_flow`: the engine's :class:`~gradflow._engine.solve.Flow` of the value-softmax
-  family (what :func:`gradflow.simulate` integrates), for benchmarks that call the engine directly.
+- :data:`DEFAULTS`: the front ends' shared defaults (:class:`gradflow._engine.settings.SolveOptions`),
+  which the command line's options repeat.
+- :func:`release_executables`: drop JAX's compiled executables once a process holds many memory
+  mappings (the command's long runs).
+- :func:`install_source_finder`: map ``gradflow.theory`` / ``gradflow.sims`` / ``gradflow.app`` onto
+  the folders of a source checkout run without an install (the command, the tests and the
+  benchmarks call it; ``import gradflow`` does not).
 - :func:`git_revision`, :func:`versions`, :func:`source_hash`: the provenance a result records.
 - :class:`ArgumentParser`: ``argparse`` with gradflow's one-line ``gradflow: error:`` usage errors.
 """
 
+from ._cache import release_executables
 from ._descend import default_record
 from ._engine import _fastjit as engine_fastjit
 from ._engine import batch as engine_batch, rosenbrock as engine_rosenbrock, solve as engine_solve, stiff as engine_stiff
 from ._engine import loop as engine_loop, solvers as engine_solvers
+from ._engine.settings import DEFAULTS
 from ._errors import ArgumentParser, bad_arg, describe
 from ._host import usable_cores
+from ._layout import install_source_finder
 from ._provenance import git_revision, source_hash, versions
-from ._simulate import value_softmax_flow
 from ._validate import as_float_array, check_positive
 
-__all__ = ["ArgumentParser", "as_float_array", "bad_arg", "git_revision", "source_hash", "value_softmax_flow", "versions", "check_positive", "default_record", "describe", "engine_batch", "engine_fastjit", "engine_loop", "engine_rosenbrock", "engine_solve", "engine_solvers", "engine_stiff", "usable_cores"]
+__all__ = ["ArgumentParser", "DEFAULTS", "as_float_array", "bad_arg", "git_revision", "install_source_finder",
+           "release_executables", "source_hash", "versions", "check_positive", "default_record", "describe",
+           "engine_batch", "engine_fastjit", "engine_loop", "engine_rosenbrock", "engine_solve", "engine_solvers",
+           "engine_stiff", "usable_cores"]

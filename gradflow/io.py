@@ -2,7 +2,7 @@
 benchmark tables, training checkpoints): atomic writes, clearing the temporaries a hard kill
 leaves behind, and ``.npz`` reads that fail with a clear error.
 
-Nothing here knows a model or a loss: it sits below :mod:`gradflow.trajectory` and
+Nothing here knows a model or a loss: it sits below :mod:`gradflow.attention.trajectory` and
 ``gradflow.sims`` alike.
 """
 

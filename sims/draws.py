@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gradflow.sweep import fig2_init  # the one copy (gradflow's sweeps draw it too)
+from gradflow.attention.sweep import fig2_init  # the one copy (gradflow's sweeps draw it too)
 
 __all__ = ["fig2_init", "conditioning_init", "normalization_init", "massive_init", "kl_init"]
 

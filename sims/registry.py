@@ -1,6 +1,6 @@
 """The figure registry: every figure id, written once, with the module that draws it.
 
-``gradflow figures`` (:mod:`gradflow.cli`) lists and builds these ids; a module is imported only
+``gradflow figures`` (:mod:`gradflow.app.cli`) lists and builds these ids; a module is imported only
 when its figure is asked for. A module defines ``FIGURE = Figure(...)`` without an id (or, for two
 figures sharing one module, another attribute named after ``:``); :func:`get_figure` returns it
 with the registered id filled in.

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from gradflow.plot import STYLE, WIDTH  # noqa: E402  (one style for the figures and gradflow.plot)
+from gradflow.attention.plot import STYLE, WIDTH  # noqa: E402  (one style for the figures and gradflow.attention.plot)
 
 FLOW = dict(linestyle="-", linewidth=1.4)
 """Flow curves: solid."""
@@ -23,7 +23,7 @@ NOTE = 7.0
 notes, value labels, crowded tick labels. Smaller text is unreadable at the paper's width."""
 
 RC = {**STYLE, "figure.dpi": 100, "text.usetex": False}
-"""matplotlib rcParams of every figure: :data:`gradflow.plot.STYLE` plus screen dpi and no TeX."""
+"""matplotlib rcParams of every figure: :data:`gradflow.attention.plot.STYLE` plus screen dpi and no TeX."""
 
 
 def apply() -> None:

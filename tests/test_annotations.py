@@ -12,7 +12,7 @@ import pytest
 from jaxtyping import TypeCheckError
 
 import gradflow
-import gradflow.maps
+import gradflow.attention.maps
 import gradflow.sims
 import gradflow.sims.sec4.kernels
 import gradflow.theory
@@ -32,7 +32,7 @@ def test_every_gradflow_module_is_instrumented():
 
     mods = {name: m for name, m in sys.modules.items()
             if (name == "gradflow" or name.startswith("gradflow.")) and getattr(m, "__file__", None) and code(m)}
-    for name in ("gradflow", "gradflow.maps", "gradflow.theory", "gradflow.theory.registry",
+    for name in ("gradflow", "gradflow.attention.maps", "gradflow.theory", "gradflow.theory.registry",
                  "gradflow.sims", "gradflow.sims.sec4.kernels"):
         assert name in mods
     missing = [name for name, m in mods.items() if "jaxtyping" not in vars(m)]
@@ -46,12 +46,12 @@ def test_engine_shape_mismatch_is_caught_and_matching_shapes_pass():
     Control: matching shapes pass and give the closed form ``s ⊙ (g − ⟨s, g⟩)``."""
     s = jnp.array([0.5, 0.3, 0.2])
     with pytest.raises(TypeCheckError, match="softmax_vjp"):
-        gradflow.maps.softmax_vjp(s, jnp.array([1.0]))
+        gradflow.attention.maps.softmax_vjp(s, jnp.array([1.0]))
     with pytest.raises(TypeCheckError):  # an integer array where a float one is annotated
-        gradflow.maps.softmax_vjp(s, jnp.array([1, 2, 3]))
+        gradflow.attention.maps.softmax_vjp(s, jnp.array([1, 2, 3]))
     g = jnp.array([1.0, -2.0, 0.5])
     want = np.asarray(s) * (np.asarray(g) - np.dot(s, g))
-    np.testing.assert_allclose(np.asarray(gradflow.maps.softmax_vjp(s, g)), want, rtol=1e-15)
+    np.testing.assert_allclose(np.asarray(gradflow.attention.maps.softmax_vjp(s, g)), want, rtol=1e-15)
 
 
 def test_sims_shape_mismatch_is_caught_and_matching_shapes_pass():

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from gradflow import cli
+from gradflow.app import cli
 
 
 def test_fig2_quick_builds_four_files_and_caches(tmp_path, capsys, monkeypatch):
@@ -45,7 +45,7 @@ def z_u0(path):
 
 
 def test_unknown_figure_id_is_one_line_exit_2():
-    proc = subprocess.run([sys.executable, "-m", "gradflow.cli", "figures", "fig99"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "gradflow.app.cli", "figures", "fig99"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "figure id: got 'fig99'; expected one of" in proc.stderr and "Traceback" not in proc.stderr
@@ -138,7 +138,7 @@ def test_reproduce_refuses_an_existing_file_as_out_before_any_check(monkeypatch,
 def test_every_command_line_error_has_the_gradflow_prefix():
     """Usage errors of ``gradflow SUBCOMMAND`` and of the Sec. 4 grid runner start with
     ``gradflow: error:`` (argparse's default would be ``PROG SUBCOMMAND: error:``)."""
-    for argv in (["-m", "gradflow.cli", "reproduce", "--bogus"], ["-m", "gradflow.cli", "check", "--trials", "0"],
+    for argv in (["-m", "gradflow.app.cli", "reproduce", "--bogus"], ["-m", "gradflow.app.cli", "check", "--trials", "0"],
                  ["-m", "gradflow.sims.sec4.grids", "nogrid"]):
         proc = subprocess.run([sys.executable, *argv], capture_output=True, text=True)
         lines = proc.stderr.strip().splitlines()

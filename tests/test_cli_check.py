@@ -2,7 +2,7 @@
 
 import json
 
-from gradflow.cli import main
+from gradflow.app.cli import main
 
 
 def test_unknown_id_exits_2(capsys):
@@ -96,7 +96,8 @@ def test_one_progress_line_per_check_as_it_finishes(monkeypatch, capsys):
 
 
 def test_long_statements_wrap_instead_of_being_cut(monkeypatch, capsys):
-    from gradflow import cli, theory
+    from gradflow import theory
+    from gradflow.app import cli
 
     words = " ".join(f"word{i}" for i in range(40))  # ~280 characters
     monkeypatch.setitem(theory.registry.CHECKS, "thm3.3b", _stub("thm3.3b", statement=words))
@@ -120,7 +121,7 @@ def test_exploratory_checks_are_reported_but_counted_only_when_named():
     check fails the run either way, and an exploratory check whose control holds is a defect."""
     from types import SimpleNamespace as R
 
-    from gradflow import cli
+    from gradflow.app import cli
     from gradflow.theory import EXPLORATORY
 
     assert EXPLORATORY == {"mm.kq-nuclear"}

@@ -27,7 +27,7 @@ import scipy.optimize
 from jax.flatten_util import ravel_pytree
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 
 RTOL_DEFAULT = 1e-8  # integrate's default; the checks below allow the global error a margin of 100
 TOL = 100 * RTOL_DEFAULT

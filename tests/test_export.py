@@ -177,9 +177,9 @@ out so that these tests do not depend on the installed jaxlib."""
 def _simulate_key(**changes):
     import jax.numpy as jnp
 
-    from gradflow.losses import LogisticTeacher
-    from gradflow.models import prepare
-    from gradflow._simulate import value_softmax_flow
+    from gradflow.attention.losses import LogisticTeacher
+    from gradflow.attention.models import prepare
+    from gradflow.attention import value_softmax_flow
 
     loss = LogisticTeacher(np.ones(3) / np.sqrt(3))
     mdl, V0, a0 = prepare(loss, np.zeros((3, 3)), np.zeros(3), "value-softmax", "softmax", 1.0, batch=False)

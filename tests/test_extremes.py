@@ -62,7 +62,7 @@ def test_spread_1e4_field_loss_entropy_gap_finite():
     V, bs = rng.randn(3, 6), rng.randn(3)
     for loss in (gradflow.LogisticTeacher(bs), gradflow.SquareLoss(bs)):
         dV, da = gradflow.gradient_field(MODEL, loss, jnp.asarray(V), jnp.asarray(a))
-        m = gradflow.trajectory.compute_metrics(MODEL, loss, jnp.asarray(V), jnp.asarray(a))
+        m = gradflow.attention.trajectory.compute_metrics(MODEL, loss, jnp.asarray(V), jnp.asarray(a))
         for x in (dV, da, m["s"], m["loss"], m["entropy"]):
             assert np.all(np.isfinite(np.asarray(x)))
         s = np.asarray(m["s"])

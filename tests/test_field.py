@@ -39,7 +39,7 @@ def test_public_flow_field_and_log_time_field_by_hand():
     np.testing.assert_allclose(da, ha, rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(dG, hg, rtol=1e-12)
     tau = np.log(2.0)  # t = 1, so 1 + t = 2
-    lV, la, lG = gradflow.flow.log_time_field(jnp.asarray(tau), y, (model, loss))
+    lV, la, lG = gradflow.attention.flow.log_time_field(jnp.asarray(tau), y, (model, loss))
     for got, want in ((lV, hV), (la, ha), (lG, hg)):
         np.testing.assert_allclose(got, 2.0 * np.asarray(want), rtol=1e-12, atol=1e-15)
     assert abs(float(lG) - 1.0 * hg) > 0.4 * hg  # control: the factor t = 1 is far outside the tolerance

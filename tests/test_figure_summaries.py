@@ -372,7 +372,7 @@ _FIGURES = Path(__file__).resolve().parents[1] / "figures"
 
 
 def _mm_draw(seed, n=3, T=4, d=10, opt_score=1.0, other_score=0.5):
-    """A max-margin draw by hand, as ``gradflow.maxmargin.token_selection_data`` documents it
+    """A max-margin draw by hand, as ``gradflow.attention.maxmargin.token_selection_data`` documents it
     (NumPy ``default_rng(seed)``): unit ``v``, labels ``±1``, ``opt`` uniform, tokens
     ``x_it = Y_i γ_it v + ξ_it`` with ``ξ ~ N(0, I)`` projected orthogonally to ``v``, ``γ_{i,opt} = 1``,
     the other scores ``0.5``. The figure's draw ``k`` is seed ``1000·seed + k``."""

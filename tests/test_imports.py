@@ -11,7 +11,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 LAZY = ("matplotlib", "optax", "tqdm", "xarray", "gradflow.sims", "gradflow.sims.sec4", "hypothesis", "scipy",
-        "gradflow.plot", "gradflow.sweep", "gradflow._descend")
+        "gradflow.attention.plot", "gradflow.attention.sweep", "gradflow._descend", "gradflow.attention._descend",
+        "gradflow.app", "gradflow.theory")
 
 _SCRIPT = r"""
 import json, sys
@@ -20,17 +21,17 @@ import gradflow
 after_import = {m: m in sys.modules for m in lazy}
 gradflow.simulate  # the flow's entry point is there without further imports
 descend = gradflow.descend  # first use: imports optax
-after_descend = {m: m in sys.modules for m in ("optax", "gradflow._descend", "matplotlib")}
-import gradflow.plot
+after_descend = {m: m in sys.modules for m in ("optax", "gradflow.attention._descend", "matplotlib")}
+import gradflow.attention.plot
 after_plot = {m: m in sys.modules for m in ("matplotlib",)}  # still lazy: plot imports it when drawing
 import numpy as np
 traj = gradflow.simulate(gradflow.LogisticTeacher(np.ones(2)), 0.1 * np.eye(2), np.zeros(2), t1=10.0, ts=[0.0, 1.0, 10.0])
-gradflow.plot.trajectory(traj)
+gradflow.attention.plot.trajectory(traj)
 after_draw = {m: m in sys.modules for m in ("matplotlib",)}
-import gradflow.sweep
+import gradflow.attention.sweep
 after_sweep = {m: m in sys.modules for m in ("tqdm",)}
 print(json.dumps(dict(after_import=after_import, after_descend=after_descend, after_plot=after_plot, after_draw=after_draw,
-                      after_sweep=after_sweep, descend_ok=descend is gradflow._descend.descend)))
+                      after_sweep=after_sweep, descend_ok=descend is gradflow.attention._descend.descend)))
 """
 
 
@@ -43,7 +44,7 @@ def test_import_gradflow_loads_no_plotting_optax_tqdm_or_transformer_code():
     loaded = [m for m, present in res["after_import"].items() if present]
     assert not loaded, f"imported by `import gradflow`: {loaded}"
     # controls: the same check sees each of them once it is used
-    assert res["after_descend"] == {"optax": True, "gradflow._descend": True, "matplotlib": False}, res
+    assert res["after_descend"] == {"optax": True, "gradflow.attention._descend": True, "matplotlib": False}, res
     assert res["after_plot"] == {"matplotlib": False} and res["after_draw"] == {"matplotlib": True}, res
     assert res["after_sweep"] == {"tqdm": True}, res
     assert res["descend_ok"], res
@@ -58,8 +59,8 @@ import gradflow
 after = {"meta_path": len(sys.meta_path), "threshold": gc.get_threshold(), "enabled": gc.isenabled()}
 out = {"same": before == after, "frozen": gc.get_freeze_count(), "x64": [x64_before, jax.config.jax_enable_x64]}
 if sys.argv[1] == "cli":
-    import gradflow.cli
-    gradflow.cli._own_process()  # what the command does first
+    import gradflow.app.cli
+    gradflow.app.cli._own_process()  # what the command does first
     out["cli_frozen"] = gc.get_freeze_count()
 print(json.dumps(out))
 """
@@ -95,7 +96,7 @@ def shadowed_submodules(package) -> list[str]:
 
 
 def test_no_public_name_shadows_a_submodule(tmp_path, monkeypatch):
-    """The front ends live in private modules (``gradflow._integrate``, ``gradflow._simulate``), so
+    """The front ends live in private modules (``gradflow._integrate``, ``gradflow.attention._simulate``), so
     ``gradflow.integrate`` and ``gradflow.simulate`` are the functions and nothing else. Negative
     control: a package whose ``__init__`` re-exports ``run`` from its own submodule ``run`` is
     reported."""

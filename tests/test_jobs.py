@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from gradflow import _jobs, cli
+from gradflow.app import _jobs, cli
 from gradflow.sims.registry import FIGURES, SHARED_RUNS, figure_groups, figure_ids
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

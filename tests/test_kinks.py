@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow import flow as _flow
+from gradflow.attention import flow as _flow
 
 
 def _setting():
@@ -62,7 +62,7 @@ def test_l1_flow_matches_gradient_descent_to_first_order():
 # --- relu-normalised and sparsemax ------------------------------------------------------------
 # For the value-softmax model (logits = a) both maps need no rule of their own: a logit that
 # reaches its kink from the inside crosses it transversally and is frozen on the outside, which
-# is the Filippov field there and the limit of GD (see gradflow.flow.KINKED_MAPS). These tests
+# is the Filippov field there and the limit of GD (see gradflow.attention.flow.KINKED_MAPS). These tests
 # check that claim against a gradient descent written here by hand in NumPy (its own map, its
 # own gradient), so nothing in it comes from gradflow.
 
@@ -181,7 +181,7 @@ def test_relu_and_sparsemax_flows_match_gradient_descent_to_first_order(case):
     assert errs[1] < 5e-3 and errs[0] / errs[1] == pytest.approx(2.0, rel=0.15), errs
 
 
-class _Unclipped(gradflow.models.ValueSoftmax):
+class _Unclipped(gradflow.attention.models.ValueSoftmax):
     """The kinked maps' formula on their initial support, without the kink: ``a/Σa`` (relu-norm
     while every logit is positive) or ``a − (Σa − 1)/n`` (sparsemax while the support is full)."""
 
@@ -230,7 +230,7 @@ def test_relu_start_without_a_positive_logit_is_refused():
 
 # --- the tied model: logits z = U a that move with U and a -------------------------------------
 # A logit at its kink is no longer frozen: U and a move it, and the field can point towards the
-# kink from both sides, so the flow slides along it (gradflow.flow._kink_sliding_field). These
+# kink from both sides, so the flow slides along it (gradflow.attention.flow._kink_sliding_field). These
 # tests check a run that slides against a gradient descent of the tied model written here by hand
 # in NumPy (its own maps and gradient).
 
@@ -317,7 +317,7 @@ def _tied_flow(case, autodiff=False):
                              normalization=kind, max_steps=3000 if autodiff else 16384)
 
 
-class _AutodiffTied(gradflow.models.Tied):
+class _AutodiffTied(gradflow.attention.models.Tied):
     """The tied model differentiated by plain autodiff (its ``loss`` is overridden, with the same
     formula, so the field takes no kink rule): the flow that ignores the sliding."""
 
@@ -410,7 +410,7 @@ def test_tied_sliding_field_is_the_gradient_away_from_kinks(kind, T):
     np.testing.assert_allclose(np.asarray(da), -np.asarray(ga), rtol=1e-12, atol=1e-14)
 
 
-class _RowLogitsOfV(gradflow.models.RowWise):
+class _RowLogitsOfV(gradflow.attention.models.RowWise):
     """Row-wise logits that (nominally) depend on ``V``: a matrix of logits, not one vector."""
 
     def logits(self, V, a):

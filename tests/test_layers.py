@@ -1,10 +1,19 @@
-"""The package's layers, read from the source (``ast``, no imports): one installed package
-``gradflow`` with ``gradflow.theory`` and ``gradflow.sims`` mapped from the repository's folders
-``theory/`` and ``sims/``; nothing outside ``gradflow/`` imports a private ``gradflow._x``
-(it imports :mod:`gradflow.internal`); a private module of ``theory``/``sims`` is imported only
-from its own folder; only ``gradflow/cli.py`` imports ``theory``/``sims`` from ``gradflow/``; the
-modules of ``gradflow/`` import each other without cycles. Every rule has a negative control on
-made-up source."""
+"""The package's layers, read from the source (``ast``, no imports). One installed package
+``gradflow``, in three layers with one-way arrows:
+
+1. the library: ``gradflow/`` (the engine ``gradflow/_engine/``, ``integrate``, ``Solution``, ...),
+   which never imports the paper's model, the checks, the figures or the app;
+2. the paper's model: ``gradflow/attention/`` (``gradflow.attention``), which imports the library
+   and never the checks, the figures or the app;
+3. the checks and figures, ``theory/`` and ``sims/`` (``gradflow.theory``, ``gradflow.sims``),
+   which never import the app; and the app, ``app/`` (``gradflow.app``: the command), on top.
+
+``gradflow/__init__.py`` re-exports the model's public names (a face, allowed to import it), and
+the deprecated aliases of moved modules (:data:`ALIASES`) import their new homes. Nothing outside
+``gradflow/`` imports a private ``gradflow._x`` (it imports :mod:`gradflow.internal`); a private
+module of ``theory``/``sims``/``app`` is imported only from its own folder; the modules of
+``gradflow/`` import each other without cycles. Every rule has a negative control on made-up
+source."""
 
 from __future__ import annotations
 
@@ -15,9 +24,15 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = {"gradflow": "gradflow", "theory": "gradflow.theory", "sims": "gradflow.sims"}
+FOLDERS = {"gradflow": "gradflow", "theory": "gradflow.theory", "sims": "gradflow.sims", "app": "gradflow.app"}
 """Repository folder -> installed package name."""
-OUTSIDE = ("theory", "sims", "benchmarks", "examples", "docs")
+OUTSIDE = ("theory", "sims", "app", "benchmarks", "examples", "docs")
+ALIASES = {f"gradflow/{m}.py" for m in ("maps", "losses", "models", "flow", "maxmargin", "sweep", "plot", "trajectory")}
+"""Modules that moved into ``gradflow.attention``, kept one release as aliases of their new homes."""
+ENTRY = "gradflow/cli.py"
+"""``gradflow.cli``: the entry point of installs made before the app moved to ``gradflow.app``."""
+LAYERS = ("library", "attention", "upper", "app")
+"""From the bottom: a module may import its own layer and those below it."""
 
 
 def _module_name(rel: str) -> str:
@@ -52,21 +67,37 @@ def imports(source: str, module: str, is_package: bool = False, top_level_only: 
 
 
 def _home(module: str) -> str:
-    """The package whose private modules ``module`` may import: gradflow.theory / gradflow.sims
-    for their own modules, gradflow otherwise."""
-    for pkg in ("gradflow.theory", "gradflow.sims"):
+    """The package whose private modules ``module`` may import: gradflow.theory / gradflow.sims /
+    gradflow.app for their own modules, gradflow otherwise."""
+    for pkg in ("gradflow.theory", "gradflow.sims", "gradflow.app"):
         if module == pkg or module.startswith(pkg + "."):
             return pkg
     return "gradflow" if module == "gradflow" or module.startswith("gradflow.") else ""
 
 
+def layer(module: str) -> str | None:
+    """The layer of a module of the installed package (:data:`LAYERS`; ``None`` outside it)."""
+    parts = module.split(".")
+    if parts[0] != "gradflow":
+        return None
+    if len(parts) > 1 and parts[1] == "attention":
+        return "attention"
+    if len(parts) > 1 and parts[1] in ("theory", "sims"):
+        return "upper"
+    if len(parts) > 1 and parts[1] == "app":
+        return "app"
+    return "library"
+
+
 def violations(rel: str, source: str) -> list[str]:
     """The layer rules broken by the file ``rel`` (a path relative to the repository root)."""
     module = _module_name(rel)
+    mine = layer(module)
+    exempt = rel in ALIASES or rel == ENTRY or rel == "gradflow/__init__.py"
     found = []
     for name in imports(source, module, rel.endswith("__init__.py")):
         parts = name.split(".")
-        if parts[0] in ("theory", "sims"):
+        if parts[0] in ("theory", "sims", "app"):
             found.append(f"{rel}: imports top-level {name!r} (use gradflow.{name})")
             continue
         if parts[0] != "gradflow":
@@ -77,8 +108,9 @@ def violations(rel: str, source: str) -> list[str]:
             owner, home = ".".join(parts[:private]), _home(module)
             if not home or not (owner == home or owner.startswith(home + ".")):
                 found.append(f"{rel}: imports private {'.'.join(parts[:private + 1])!r}")
-        if rel.startswith("gradflow/") and rel != "gradflow/cli.py" and len(parts) > 1 and parts[1] in ("theory", "sims"):
-            found.append(f"{rel}: gradflow/ imports {name!r} (only cli.py may)")
+        theirs = layer(name)
+        if mine is not None and theirs is not None and not exempt and LAYERS.index(theirs) > LAYERS.index(mine):
+            found.append(f"{rel}: the {mine} layer imports {name!r} of the {theirs} layer (arrows point down only)")
     return found
 
 
@@ -142,24 +174,33 @@ def test_no_private_or_upward_imports():
     ("benchmarks/x.py", "import gradflow._engine.batch\n", "private 'gradflow._engine'"),
     ("sims/x.py", "from gradflow.theory._result import Verdict\n", "private 'gradflow.theory._result'"),
     ("benchmarks/x.py", "from gradflow.sims import _paper\n", "private 'gradflow.sims._paper'"),
+    ("theory/x.py", "from gradflow.app import _jobs\n", "private 'gradflow.app._jobs'"),
     ("examples/x.py", "import theory\n", "top-level 'theory'"),
-    ("gradflow/trajectory.py", "from gradflow.sims import draws\n", "only cli.py"),
-    ("gradflow/plot.py", "def f():\n    from .theory import run_check\n", "only cli.py"),
+    ("examples/x.py", "import app.cli\n", "top-level 'app.cli'"),
+    ("gradflow/_integrate.py", "from .attention.trajectory import Trajectory\n", "the library layer imports"),
+    ("gradflow/_engine/batch.py", "def f():\n    from gradflow.attention import simulate\n", "the library layer imports"),
+    ("gradflow/solution.py", "from gradflow.sims import draws\n", "the library layer imports 'gradflow.sims"),
+    ("gradflow/attention/plot.py", "def f():\n    from gradflow.theory import run_check\n", "the attention layer imports"),
+    ("gradflow/attention/sweep.py", "from gradflow.app import cli\n", "the attention layer imports 'gradflow.app"),
+    ("sims/x.py", "from gradflow.app.cli import main\n", "the upper layer imports 'gradflow.app"),
 ])
 def test_layer_rules_catch_a_violation(rel, source, expected):
     """Negative controls: each rule flags a made-up offending import (also one inside a function)."""
     found = violations(rel, source)
-    assert len(found) >= 1 and expected in found[0]
+    assert len(found) >= 1 and any(expected in f for f in found), found
 
 
 @pytest.mark.parametrize("rel, source", [
     ("sims/paper/x.py", "from .._common import phases\nfrom gradflow.internal import bad_arg\n"),
-    ("theory/x.py", "from ._result import Verdict\nfrom gradflow import theory\n"),
-    ("gradflow/cli.py", "from .sims.registry import build\nfrom gradflow.theory import run_check\n"),
-    ("gradflow/trajectory.py", "from ._errors import bad_arg\n"),
+    ("theory/x.py", "from ._result import Verdict\nfrom gradflow import theory\nfrom gradflow.attention import maxmargin\n"),
+    ("app/cli.py", "from gradflow.sims.registry import build\nfrom gradflow.theory import run_check\nfrom ._jobs import x\n"),
+    ("gradflow/attention/trajectory.py", "from .._errors import bad_arg\nfrom ..solution import _Run\n"),
+    ("gradflow/__init__.py", "from .attention import maps\n"),
+    ("gradflow/sweep.py", "from .attention import sweep as _moved\n"),
 ])
 def test_layer_rules_accept_allowed_imports(rel, source):
-    """Positive controls: own private modules, gradflow.internal and cli.py's upward imports are allowed."""
+    """Positive controls: own private modules, gradflow.internal, downward imports, the package's
+    face and the deprecated aliases are allowed."""
     assert violations(rel, source) == []
 
 
@@ -188,33 +229,38 @@ def _packages_on_disk() -> set[str]:
 
 
 def test_pyproject_installs_every_package_folder_and_nothing_else():
-    """pyproject.toml lists every package folder under gradflow/, theory/, sims/ (a subpackage left
-    out would be missing from the wheel) and maps theory/, sims/ into gradflow."""
+    """pyproject.toml lists every package folder under gradflow/, theory/, sims/, app/ (a subpackage
+    left out would be missing from the wheel) and maps theory/, sims/, app/ into gradflow."""
     tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         cfg = tomllib.load(f)["tool"]["setuptools"]
-    assert cfg["package-dir"] == {"gradflow": "gradflow", "gradflow.theory": "theory", "gradflow.sims": "sims"}
+    assert cfg["package-dir"] == {"gradflow": "gradflow", "gradflow.theory": "theory", "gradflow.sims": "sims",
+                                  "gradflow.app": "app"}
     listed = set(cfg["packages"])
     assert listed == _packages_on_disk()
     assert all(p == "gradflow" or p.startswith("gradflow.") for p in listed)
     assert listed - {"gradflow.sims"} != _packages_on_disk()  # control: a missing subpackage is seen
 
 
-def test_top_level_theory_and_sims_are_refused():
-    """``import theory`` / ``import sims`` from the repository root would load second copies: they
-    raise ImportError naming the subpackage; ``gradflow.theory``/``gradflow.sims`` import from the
-    checkout's folders (control: the same interpreter imports them fine)."""
+def test_top_level_theory_sims_and_app_are_refused():
+    """``import theory`` / ``import sims`` / ``import app`` from the repository root would load second
+    copies: they raise ImportError naming the subpackage; ``gradflow.theory``/``gradflow.sims``/
+    ``gradflow.app`` import from the checkout's folders (control: the same interpreter imports them
+    fine)."""
     code = ("import importlib, sys\n"
-            "for name in ('theory', 'sims'):\n"
+            "for name in ('theory', 'sims', 'app'):\n"
             "    try:\n"
             "        importlib.import_module(name)\n"
             "    except ImportError as e:\n"
             "        print('refused', name, 'gradflow.' + name in str(e))\n"
-            "import gradflow.theory, gradflow.sims.draws\n"
-            "print('ok', gradflow.theory.__file__, gradflow.sims.draws.__name__)\n")
+            "import gradflow\n"
+            "from gradflow.internal import install_source_finder\n"
+            "install_source_finder(gradflow.__path__[0])  # this checkout, also beside another installed one\n"
+            "import gradflow.theory, gradflow.sims.draws, gradflow.app.cli\n"
+            "print('ok', gradflow.theory.__file__, gradflow.sims.draws.__name__, gradflow.app.cli.__name__)\n")
     env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert lines[:2] == ["refused theory True", "refused sims True"]
-    assert lines[2] == f"ok {os.path.join(ROOT, 'theory', '__init__.py')} gradflow.sims.draws"
+    assert lines[:3] == ["refused theory True", "refused sims True", "refused app True"]
+    assert lines[3] == f"ok {os.path.join(ROOT, 'theory', '__init__.py')} gradflow.sims.draws gradflow.app.cli"

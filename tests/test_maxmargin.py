@@ -15,7 +15,7 @@ from jax.test_util import check_grads
 from scipy.optimize import nnls
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 from gradflow.theory import maxmargin as tmm
 
 

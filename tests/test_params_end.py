@@ -79,13 +79,13 @@ def test_a_value_softmax_run_keeps_its_end_state_too(monkeypatch):
     ``t_end``; the last saved point as control; a resumed run, its Γ continued by ``Gamma_end``."""
     import sys
 
-    from gradflow.sweep import fig2_init
+    from gradflow.attention.sweep import fig2_init
     from tests import reference as ref
 
     V0, a0, bs = fig2_init()
     loss = gradflow.LogisticTeacher(bs)
     full = gradflow.simulate(loss, V0, a0, t1=1e12, max_steps=20)
-    monkeypatch.setattr(sys.modules["gradflow._simulate"], "REDUCE_MIN_SIZE", 0)
+    monkeypatch.setattr(sys.modules["gradflow.attention._simulate"], "REDUCE_MIN_SIZE", 0)
     red = gradflow.simulate(loss, V0, a0, t1=1e12, max_steps=20)
     assert "state" not in full.metadata and red.metadata["state"].startswith("rank-one")
     for traj in (full, red):

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import gradflow
 from gradflow import maps
-from gradflow.trajectory import compute_metrics
+from gradflow.attention.trajectory import compute_metrics
 from tests import reference as ref
 
 SETTINGS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -31,7 +31,8 @@ def test_source_hash_follows_the_source(tmp_path, monkeypatch):
 
 
 def test_one_helper_gives_every_record_its_versions():
-    from gradflow import _xarray, sweep
+    from gradflow import _xarray
+    from gradflow.attention import sweep
     from gradflow.sims import build
 
     v = _provenance.versions()

@@ -11,7 +11,7 @@ import numpy as np
 
 import gradflow
 
-simulate_module = sys.modules["gradflow._simulate"]
+simulate_module = sys.modules["gradflow.attention._simulate"]
 
 FIELDS = ("V", "a", "Gamma", "s", "loss", "u", "entropy")
 
@@ -74,7 +74,7 @@ def test_reduction_applies_only_to_large_value_softmax_logistic_runs(monkeypatch
     teacher = gradflow.LogisticTeacher(beta_star)
 
     def model(name, V, a):
-        return gradflow.models.prepare(teacher, V, a, name, "softmax", 1.0, batch=False)[0]
+        return gradflow.attention.models.prepare(teacher, V, a, name, "softmax", 1.0, batch=False)[0]
 
     vs = model("value-softmax", V0, a0)
     assert reducible(vs, teacher, V0)                                   # 35 entries
@@ -82,6 +82,6 @@ def test_reduction_applies_only_to_large_value_softmax_logistic_runs(monkeypatch
     assert not reducible(vs, gradflow.SquareLoss(np.ones(5)), V0)       # not a teacher loss
     assert not reducible(vs, teacher, V0[:1])                           # d = 1: already reduced
     U0 = 0.3 * np.random.RandomState(2).randn(6, 6)
-    tied = gradflow.models.prepare(gradflow.LogisticTeacher(np.ones(6)), U0, np.zeros(6), "tied", "softmax", 1.0,
+    tied = gradflow.attention.models.prepare(gradflow.LogisticTeacher(np.ones(6)), U0, np.zeros(6), "tied", "softmax", 1.0,
                                    batch=False)[0]
     assert not reducible(tied, gradflow.LogisticTeacher(np.ones(6)), U0)  # not the value-softmax model

@@ -13,7 +13,7 @@ the pytree structure for dicts and parameter trees, equality for ``meta``. The w
   ``attrs["meta_json"]`` holds ``meta``; every other field is the variable of its own name), each
   variable's leading dims checked against the field's annotation (``run`` for a batch, ``t`` for
   a field with a time axis ``T``);
-- the sweep store (:func:`gradflow.sweep.run_sweep`, :func:`gradflow.sweep.load_sweep`) against a
+- the sweep store (:func:`gradflow.attention.sweep.run_sweep`, :func:`gradflow.attention.sweep.load_sweep`) against a
   direct :func:`gradflow.simulate_batch` of the same draws;
 - pickling (how Python hands a result to another process) and passing through ``jax.jit`` (a
   result is a pytree); :class:`gradflow.Solution` has no file format and no ``to_xarray``, so
@@ -38,8 +38,8 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow import sweep as sweep_mod
-from gradflow import trajectory as trajectory_mod
+from gradflow.attention import sweep as sweep_mod
+from gradflow.attention import trajectory as trajectory_mod
 from tests.test_failures import CliffTeacher
 
 BETA = np.array([0.6, 0.0, 0.8])

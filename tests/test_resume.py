@@ -41,7 +41,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from gradflow.sims import registry as _registry
 _registry.FIGURES["blocker"] = "blocker_fig"
-from gradflow import cli
+from gradflow.app import cli
 # no --jobs: a figure registered at run time makes gradflow build in this process (a worker would not know it)
 sys.exit(cli.main(["figures", "softmax-temperature", "blocker", "--quick", "--no-progress", "--out", sys.argv[2]]))
 '''

@@ -17,7 +17,7 @@ from tests import reference as ref
 
 from gradflow._engine.solve import Status as S_status
 
-simulate_mod = importlib.import_module("gradflow._simulate")
+simulate_mod = importlib.import_module("gradflow.attention._simulate")
 
 BOUNDARY_ON = POLICY.stiff_on * POLICY.explicit_boundary
 
@@ -85,7 +85,7 @@ def _h_rho_at_end(loss, V0, a0, t1, steps):
     from t = 0 (the engine's own solve), and the solve's state, with ``reported``: the ``h·ρ``
     that the engine's :func:`~gradflow._engine.solve.stiffness_of` hands the phase policy."""
     from gradflow._engine import solve as S
-    from gradflow.models import prepare
+    from gradflow.attention.models import prepare
 
     mdl, V, a = prepare(loss, V0, a0, "value-softmax", "softmax", 1.0, batch=False)
     flow = simulate_mod.value_softmax_flow(loss)

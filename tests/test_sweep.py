@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import gradflow
-from gradflow import cli
-from gradflow.sweep import load_sweep
+from gradflow.app import cli
+from gradflow.attention.sweep import load_sweep
 
 ARGS = ["--seeds", "0:6", "--chunk", "3", "--n", "3", "--t1", "1e3,1e5", "--points", "6", "--no-progress", "--no-cache"]
 
@@ -24,7 +24,7 @@ def test_sweep_store_resumes_only_the_missing_chunk(tmp_path, capsys, monkeypatc
     sweep's bit for bit; every run equals a direct ``simulate`` of its draw."""
     import xarray as xr
 
-    from gradflow import sweep as sweep_mod
+    from gradflow.attention import sweep as sweep_mod
 
     out = tmp_path / "sw.zarr"
     real, calls = sweep_mod._run_chunk, []
@@ -86,7 +86,7 @@ def test_sweep_pads_smaller_sizes_with_nan(tmp_path):
 def test_sweep_draws_are_fig2s_draws():
     """Seed 123, n = 8, init 0.1 is Fig. 2's run (the authors' draw order, the a-draw consumed);
     compared with the figure module's independent definition; a different seed is a control."""
-    from gradflow.sweep import _draws
+    from gradflow.attention.sweep import _draws
     from gradflow.sims.draws import fig2_init
 
     V0, a0, bs = fig2_init(123, 8)
@@ -225,7 +225,7 @@ def test_sweep_spreads_lanes_over_cpu_devices(tmp_path):
     stores = {}
     for k in (1, 2):
         out = tmp_path / f"k{k}.zarr"
-        r = subprocess.run([sys.executable, "-m", "gradflow.cli", "sweep", str(out), "--seeds", "0:6", "--chunk", "6",
+        r = subprocess.run([sys.executable, "-m", "gradflow.app.cli", "sweep", str(out), "--seeds", "0:6", "--chunk", "6",
                             "--n", "4", "--t1", "1e6", "--points", "8", "--lanes", "3", "--cpu-devices", str(k),
                             "--no-progress"],
                            cwd=root, env=env, capture_output=True, text=True, timeout=600)

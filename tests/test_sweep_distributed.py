@@ -18,7 +18,7 @@ import pytest
 import xarray as xr
 import zarr
 
-from gradflow import cli
+from gradflow.app import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GRID = ["--chunk", "2", "--n", "3", "--t1", "1e3", "--points", "4", "--no-progress", "--no-cache"]
@@ -36,7 +36,7 @@ def _launch(out, port, pid, seeds, grid=GRID):
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
     env.update(PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
     return subprocess.Popen(
-        [sys.executable, "-m", "gradflow.cli", "sweep", str(out), *seeds, *grid, "--coordinator", f"127.0.0.1:{port}",
+        [sys.executable, "-m", "gradflow.app.cli", "sweep", str(out), *seeds, *grid, "--coordinator", f"127.0.0.1:{port}",
          "--num-processes", "2", "--process-id", str(pid), "--init-timeout", "240"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

@@ -463,7 +463,7 @@ def test_killed_run_resumes_to_the_same_model(tmp_path):
 
 
 def test_reproduce_keeps_long_figures_quick_unless_paper_scale(monkeypatch, tmp_path):
-    from gradflow import cli
+    from gradflow.app import cli
     import gradflow.sims.build as registry
 
     calls = []
@@ -487,7 +487,7 @@ def test_quick_figures_build_and_quick_run_learns_induction(tmp_path, monkeypatc
     import json
 
     import gradflow.sims.sec4.grids as sweep
-    from gradflow import cli
+    from gradflow.app import cli
     from gradflow.sims.sec4.train import _data, _model, _predict, _seeds
 
     monkeypatch.setenv(sweep.RUNS_CACHE_ENV, str(tmp_path / "cache"))

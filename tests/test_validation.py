@@ -8,7 +8,8 @@ import pytest
 
 import gradflow
 from gradflow import theory
-from gradflow import cli, maps
+from gradflow import maps
+from gradflow.app import cli
 from gradflow._validate import FLOAT32_MAX_HORIZON, check_time_resolution
 from tests.test_simulate import fig2_problem
 
@@ -245,7 +246,7 @@ def test_apply_map_under_jit_and_hessian_with_concrete_temperature():
     import jax
     import jax.numpy as jnp
 
-    from gradflow.maps import apply_map
+    from gradflow.attention.maps import apply_map
 
     a = np.array([0.3, -1.2, 2.0])
     f = jax.jit(lambda z: jnp.sum(apply_map(z, "softmax", 2.0) ** 2))

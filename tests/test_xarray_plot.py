@@ -1,4 +1,4 @@
-"""``Trajectory.to_xarray`` (labelled data) and ``gradflow.plot`` (figure-style plots)."""
+"""``Trajectory.to_xarray`` (labelled data) and ``gradflow.attention.plot`` (figure-style plots)."""
 
 import json
 
@@ -10,7 +10,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import gradflow  # noqa: E402
-import gradflow.plot  # noqa: E402
+import gradflow.attention.plot  # noqa: E402
 
 BETA = np.array([0.6, 0.0, 0.8])
 V0 = 0.1 * np.arange(9.0).reshape(3, 3)
@@ -71,7 +71,7 @@ def test_to_xarray_rowwise_logits_have_a_row_dim():
 def test_plot_trajectory_draws_the_runs_own_data(flow):
     """Each weight line holds the run's valid (t > 0) points; the panels are the requested ones.
     Control: a GD overlay adds marker-only lines."""
-    fig = gradflow.plot.trajectory(flow, panels=("s", "Gamma"))
+    fig = gradflow.attention.plot.trajectory(flow, panels=("s", "Gamma"))
     ax_s, ax_g = fig.axes
     lines = [ln for ln in ax_s.get_lines() if ln.get_linestyle() != "None"]
     assert len(lines) == 3
@@ -82,7 +82,7 @@ def test_plot_trajectory_draws_the_runs_own_data(flow):
     assert ax_s.get_yscale() == "log" and ax_s.get_xscale() == "log"
     assert not [ln for ln in ax_s.get_lines() if ln.get_linestyle() == "None"]
     gd = gradflow.descend(gradflow.LogisticTeacher(BETA), V0, np.zeros(3), lr=0.1, steps=200)
-    fig = gradflow.plot.trajectory(flow, gd=gd)
+    fig = gradflow.attention.plot.trajectory(flow, gd=gd)
     assert len(fig.axes) == 4 and [ln for ln in fig.axes[0].get_lines() if ln.get_linestyle() == "None"]
 
 
@@ -97,20 +97,20 @@ def test_plot_trajectory_refuses_bad_input(flow, batch, bad, match):
     else:
         arg, kw = np.zeros(3), {}
     with pytest.raises(gradflow.GradflowValueError, match=match):
-        gradflow.plot.trajectory(arg, **kw)
+        gradflow.attention.plot.trajectory(arg, **kw)
 
 
 def test_plot_sweep_histograms_the_final_weights(tmp_path):
     """The left histogram counts every written, ok seed once, at its final largest weight."""
-    from gradflow.sweep import SweepSpec, load_sweep, run_sweep
+    from gradflow.attention.sweep import SweepSpec, load_sweep, run_sweep
 
     run_sweep(SweepSpec(seed_stop=2, chunk=2, n=(3,), t1=(10.0,), points=2), tmp_path / "sw.zarr", progress=False)
     ds = load_sweep(tmp_path / "sw.zarr")
-    fig = gradflow.plot.sweep(ds)
+    fig = gradflow.attention.plot.sweep(ds)
     counts = sum(p.get_height() for p in fig.axes[0].patches)
     assert counts == 2
     smax = ds["s"].isel(t=-1).max("token").values.ravel()
     lo, hi = fig.axes[0].patches[0].get_x(), fig.axes[0].patches[-1].get_x() + fig.axes[0].patches[-1].get_width()
     assert lo == pytest.approx(smax.min()) and hi == pytest.approx(smax.max())
     with pytest.raises(gradflow.GradflowValueError, match="ds: got"):
-        gradflow.plot.sweep({"s": 1})
+        gradflow.attention.plot.sweep({"s": 1})

@@ -110,7 +110,7 @@ _SWITCH_MAPS = ("softmax", "l1", "sum", "l2", "relu", "sigmoid")
 class SwitchMapModel(gradflow.ValueSoftmax):
     """Value-softmax model ``β = V·map_k(a)`` whose map index ``k`` is a traced array, so that one
     compiled solve serves all the maps of :data:`_SWITCH_MAPS` (the paper's appendix normalisation experiments).
-    Uses the engine's maps from :data:`gradflow.maps.MAPS`; entropy of ``|s|/Σ|s|``."""
+    Uses the engine's maps from :data:`gradflow.attention.maps.MAPS`; entropy of ``|s|/Σ|s|``."""
 
     map_index: jax.Array = eqx.field(default=0, converter=lambda x: jnp.asarray(x, jnp.int32))
 

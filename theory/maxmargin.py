@@ -2,10 +2,10 @@
 Thrampoulidis, Oymak, 2023) checked on the flow to ``t = 1e30``, on the regularisation path, and
 on the value-softmax logits of the paper's Fig. 2.
 
-Data: :func:`gradflow.maxmargin.token_selection_data` (``n = 3`` samples, ``T = 4`` tokens,
+Data: :func:`gradflow.attention.maxmargin.token_selection_data` (``n = 3`` samples, ``T = 4`` tokens,
 ``d = 10``, random labels), each sample's non-optimal tokens sharing one score — the setting
 where the theory claims *global* convergence of the direction. The reference direction is the
-att-SVM solution :func:`gradflow.maxmargin.att_svm` for the stated optimal tokens.
+att-SVM solution :func:`gradflow.attention.maxmargin.att_svm` for the stated optimal tokens.
 Negative control of every check: the same statement against the att-SVM of a *wrong* token
 selection (each sample's stated optimal token replaced by another one), which must fail.
 
@@ -30,7 +30,7 @@ Margins (dimensionless, positive = holds; per trial the minimum, see :mod:`gradf
   ``m = d = 4``, ``n = T = 4``) from a small random start (entries ``N(0, 1e-4)``), flow to
   ``t = 1e30`` under the engine's defaults. Draws are kept only where the two SVMs differ clearly,
   ``1 − cos(W_*, W_F) ≥`` :data:`KQ_MIN_GAP` (``W_*`` the nuclear-norm att-SVM
-  :func:`gradflow.maxmargin.att_svm_nuclear`, ``W_F`` the Frobenius one). With ``c_*(t) = 1 −
+  :func:`gradflow.attention.maxmargin.att_svm_nuclear`, ``W_F`` the Frobenius one). With ``c_*(t) = 1 −
   cos(K Qᵀ, W_*)`` and ``c_F(t) = 1 − cos(K Qᵀ, W_F)``: (i) ``log10(tol / c_*(t1))`` (``tol =``
   :data:`KQ_TOL`), (ii) ``log10(c_*(1e6) / c_*(t1)) − log10(2)`` (still falling), (iii)
   ``log10(c_F(t1) / c_*(t1)) − log10(3)`` (the flow ends at least three times closer to the
@@ -55,7 +55,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 
 from ._result import CheckResult, Verdict, combine
 from .experiments import fit_line
@@ -127,7 +127,7 @@ def save_times(t1: float = MM_T1, per_decade: int = 5) -> np.ndarray:
 
 @functools.lru_cache(maxsize=4)
 def mm_draws(trials: int, seed: int, shared_scores: bool = True) -> tuple:
-    """``trials`` data sets (:func:`gradflow.maxmargin.token_selection_data`, seed ``1000·seed + k``,
+    """``trials`` data sets (:func:`gradflow.attention.maxmargin.token_selection_data`, seed ``1000·seed + k``,
     shape :data:`DATA_SHAPE`) with their att-SVMs for the stated and a wrong selection."""
     out = []
     for k in range(trials):
@@ -302,7 +302,7 @@ def regularisation_path(data: mm.TokenData, radii, u0=None) -> tuple[np.ndarray,
     For ``R`` beyond the radius where ``L`` has no interior minimiser (``L`` only has an infimum,
     approached as ``‖p‖ → ∞`` along the selection) the minimiser lies on the sphere ``‖p‖ = R``;
     it is found by BFGS (optimistix) on ``u ↦ log(L − L*)(R u/‖u‖)``
-    (:func:`gradflow.maxmargin.log_excess_loss`: exact where ``L − L*`` is far below float
+    (:func:`gradflow.attention.maxmargin.log_excess_loss`: exact where ``L − L*`` is far below float
     epsilon of ``L``), warm-started from the previous radius. **Returns:** ``(P, ok)``,
     ``P`` ``(len(radii), d)``, ``ok`` per radius (BFGS converged).
     """
@@ -422,7 +422,7 @@ KQ_M = 4
 """Inner dimension ``m`` of ``K, Q ∈ R^{d×m}`` (``m = d``: no rank constraint)."""
 
 KQ_INIT_SCALE = 1e-2
-"""Standard deviation of the entries of ``K(0), Q(0)`` (:func:`gradflow.maxmargin.kq_factors_init`)."""
+"""Standard deviation of the entries of ``K(0), Q(0)`` (:func:`gradflow.attention.maxmargin.kq_factors_init`)."""
 
 KQ_MIN_GAP = 0.05
 """Draws are kept only where ``1 − cos(W_*, W_F) ≥`` this (the two SVMs differ clearly)."""
@@ -441,7 +441,7 @@ RANK_RTOL = 1e-3
 
 @functools.lru_cache(maxsize=4)
 def kq_draws(trials: int, seed: int) -> tuple:
-    """``trials`` draws :func:`gradflow.maxmargin.token_selection_data` (shape :data:`KQ_SHAPE`,
+    """``trials`` draws :func:`gradflow.attention.maxmargin.token_selection_data` (shape :data:`KQ_SHAPE`,
     seeds ``1000·seed + j``, ``j = 0, 1, …``) on which ``1 − cos(W_*, W_F) ≥`` :data:`KQ_MIN_GAP`,
     each as ``(data, nuclear SVM, Frobenius SVM, K(0)/Q(0) start, j)``. The selection looks at the
     two SVMs only, never at a flow. **Raises:** ``RuntimeError`` if fewer than ``trials`` of the
@@ -518,7 +518,7 @@ def nuclear_verdict(t, Ws, W_nuc, W_fro, ok=None, *, tol: float = KQ_TOL, closer
 
 
 def numerical_rank_along(Ws) -> np.ndarray:
-    """:func:`gradflow.maxmargin.numerical_rank` (rtol :data:`RANK_RTOL`) of every ``W`` of a
+    """:func:`gradflow.attention.maxmargin.numerical_rank` (rtol :data:`RANK_RTOL`) of every ``W`` of a
     trajectory ``(K, d, d)``."""
     return np.asarray(mm.numerical_rank(np.asarray(Ws, float), RANK_RTOL), float)
 

@@ -128,7 +128,7 @@ def _lazy_names() -> dict[str, str]:
     return {}
 
 
-_MODULES = {"maps"}  # public names that are modules: documented on their own below
+_MODULES = {"maps", "attention"}  # public names that are modules: documented on their own (or through their names)
 
 
 _INCLUDE = re.compile(r"^<!-- include (\S+)( demote)? -->$", re.MULTILINE)

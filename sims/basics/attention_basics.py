@@ -31,8 +31,8 @@ from jaxtyping import Array, ArrayLike, Float, Int, Real
 
 import gradflow  # enables float64; gradflow.softmax / log_softmax (centred derivatives)
 from gradflow.internal import bad_arg
-from gradflow.maps import apply_map
-from gradflow.maps import softmax_entropy as _softmax_entropy
+from gradflow.attention.maps import apply_map
+from gradflow.attention.maps import softmax_entropy as _softmax_entropy
 
 __all__ = [
     "FIVE_WORDS",

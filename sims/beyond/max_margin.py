@@ -13,7 +13,7 @@ convergence), ``p(0) = 0``, logistic loss; the flow is :func:`gradflow.integrate
   ``‖p‖`` equals the iterate's (``‖p‖`` grows monotonically along the flow).
 - (b) ``‖p(t)‖`` against ``log t`` with the predicted asymptote slope ``‖p_mm‖`` (dashed).
 - (c) The joint ``(p, v)`` flow from ``p(0) = 0``, ``v(0) = v``: ``1 − cos`` of ``p`` to the
-  att-SVM and of ``v`` to the max-margin head :func:`gradflow.maxmargin.value_svm`, both for the
+  att-SVM and of ``v`` to the max-margin head :func:`gradflow.attention.maxmargin.value_svm`, both for the
   token selection the flow ends on (``argmax_t softmax(X_i p(t1))``; it can differ from the
   fixed-``v`` selection, since ``v`` moves the scores).
 - (d) The paper's value-softmax logits as token selection: ``1 − cos(a(t), e_w − 1/n)`` for
@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import gradflow
-from gradflow import maxmargin as mm
+from gradflow.attention import maxmargin as mm
 from gradflow.theory import maxmargin as tmm
 
 from gradflow.sims import style
@@ -59,7 +59,7 @@ def _one_minus_cos(P, ref):
 
 @jax.jit
 def _gd(p0, data, lr, normalised, steps_arange):
-    """``steps`` GD iterates on :func:`gradflow.maxmargin.p_loss` (optionally normalised)."""
+    """``steps`` GD iterates on :func:`gradflow.attention.maxmargin.p_loss` (optionally normalised)."""
 
     def step(p, _):
         g = jax.grad(mm.p_loss)(p, data)

@@ -6,8 +6,8 @@ import jax
 import numpy as np
 
 import gradflow
-from gradflow.flow import gradient_field
-from gradflow.models import get_model
+from gradflow.attention.flow import gradient_field
+from gradflow.attention.models import get_model
 
 __all__ = [
     "grad_norms",

@@ -65,7 +65,7 @@ def _worker(conn, use_cache: bool) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _die_with_parent()
     if use_cache:
-        from ._cache import enable_compilation_cache
+        from gradflow import enable_compilation_cache
 
         try:
             enable_compilation_cache()
@@ -157,7 +157,7 @@ def run_pieces(pieces: Sequence[tuple[Callable, tuple]], jobs: int, use_cache: b
 def default_jobs() -> int:
     """Worker processes when ``--jobs`` is not given: the usable cores, at most 8 and at most as
     many as the available memory holds at :data:`WORKER_MEMORY` each (at least 1)."""
-    from ._host import usable_cores
+    from gradflow.internal import usable_cores
 
     jobs = min(usable_cores(), 8)
     try:

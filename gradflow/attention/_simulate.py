@@ -3,7 +3,7 @@
 The flow of ``L(V, a) = ℓ(β(V, a))`` (paper Eqs. 2–4) is integrated by :mod:`gradflow._engine`
 with the parameters ``(V, a)``, the exact field :func:`gradflow.gradient_field` (the centred
 softmax derivative), the polarisation coefficient ``Γ = ∫ γ dt`` (paper Thm. 3.3) as a quadrature
-and :func:`gradflow.trajectory.compute_metrics` as the observables.
+and :func:`gradflow.attention.trajectory.compute_metrics` as the observables.
 """
 
 from __future__ import annotations
@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import ArrayLike, Real
 
-from ._engine import batch as _batch
-from ._engine.policy import AutoPolicy
-from ._engine.settings import DEFAULTS, SolveOptions, default_ts  # noqa: F401  (re-exported name: default_ts)
-from ._engine.solve import Flow
-from ._engine.solvers import SOLVERS  # noqa: F401  (re-exported name)
-from ._errors import bad_arg
+from .._engine import batch as _batch
+from .._engine.policy import AutoPolicy
+from .._engine.settings import DEFAULTS, SolveOptions, default_ts  # noqa: F401  (re-exported name: default_ts)
+from .._engine.solve import Flow
+from .._engine.solvers import SOLVERS  # noqa: F401  (re-exported name)
+from .._errors import bad_arg
 from .flow import gradient_field
 from .losses import AbstractLoss, LogisticTeacher
 from .models import AbstractModel, ValueSoftmax, prepare
@@ -215,7 +215,7 @@ def simulate(
     - ``rtol``, ``atol``: tolerances of the PID step-size controller (default ``1e-8`` and
       ``rtol/100``, as in :func:`gradflow.integrate`), on the state ``(V, a, Γ)`` in log time.
       Passed as arrays: changing them does not recompile.
-    - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.maps.MAPS`).
+    - ``normalization``, ``temperature``: the map ``a ↦ s`` (:data:`gradflow.attention.maps.MAPS`).
     - ``solver``: one of :data:`SOLVERS` (default ``"auto"``).
     - ``model``: ``"value-softmax"`` (default), ``"tied"``, ``"rowwise"`` or a model instance.
     - ``max_steps``: solver step budget, all phases together (default 16384); reaching it
