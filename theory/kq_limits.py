@@ -1,0 +1,481 @@
+"""Where the flow of factorised key–query attention goes: the KKT conditions of the factorised
+att-SVM, a classification of each flow's limit, and two counted checks.
+
+Model (Tarzanagh, Li, Thrampoulidis, Oymak, "Transformers as Support Vector Machines", 2023,
+arXiv:2308.16898): ``softmax(X_i K Qᵀ z_i)`` with ``K, Q ∈ R^{d×m}``, logistic loss, ``v`` fixed.
+A token selection ``α`` (one token per sample) gives constraint matrices
+``A_j = (x_{i,α_i} − x_it) z_iᵀ`` (``j`` runs over ``i`` and ``t ≠ α_i``). The *factorised
+att-SVM* of ``α`` is
+
+    min ½(‖K‖²_F + ‖Q‖²_F)   s.t.   q_j(K, Q) = ⟨A_j, K Qᵀ⟩ ≥ 1   for all j,
+
+whose global value is ``‖W_*‖_*`` (``½(‖K‖² + ‖Q‖²) ≥ ‖KQᵀ‖_*``, equality for balanced factors):
+its global minimisers are the balanced factorisations of the nuclear-norm att-SVM
+(:func:`gradflow.maxmargin.att_svm_nuclear`). The problem is not convex in ``(K, Q)``; its KKT
+points are ``K = G Q``, ``Q = Gᵀ K`` with ``G = Σ_j λ_j A_j``, ``λ ≥ 0``, ``λ_j (q_j − 1) = 0``,
+``q ≥ 1``. With ``W = KQᵀ = U S Vᵀ`` balanced this says ``G V = U`` on the range of ``W``; the
+point is the global nuclear minimiser of ``α``'s problem iff also ``‖G‖_op ≤ 1`` (then
+``G ∈ ∂‖W‖_*``), and a *non-global* KKT point where no multipliers give that.
+
+**Why a KKT point.** For a loss ``Σ_j c_j exp(−q_j(θ))`` of a homogeneous model, the gradient
+flow's normalised direction converges to a KKT point of ``min ½‖θ‖² s.t. q_j(θ) ≥ 1`` — not
+necessarily its global minimiser (Lyu & Li, "Gradient Descent Maximizes the Margin of
+Homogeneous Neural Networks", ICLR 2020, Thm 4.4; Ji & Telgarsky, "Directional convergence and
+alignment in deep learning", NeurIPS 2020, convergence of the direction). Attention is not
+homogeneous, but once every sample's softmax concentrates on ``α_i`` the excess loss is, to
+first order, ``Σ_j c_j exp(−⟨A_j, KQᵀ⟩)`` with ``c_j = (1/n) σ(−γ_{i,α_i}) (γ_{i,α_i} − γ_it)``
+(:mod:`gradflow.maxmargin`'s notation) — a 2-homogeneous model under the exponential loss. The
+statement "the limit direction is a KKT point of the factorised att-SVM of the selection it
+ends on" is what that theory supports; "the KKT point is the global (nuclear) one" is not (the
+regularisation-path theorem of Tarzanagh et al. allows locally optimal selections; the flow's
+theorem of Sheen, Chen, Wang, Zhou, "Implicit Regularization of Gradient Flow on One-Layer
+Softmax Attention", 2024, needs aligned starts).
+
+**The residual** (:func:`kkt_residual`, dimensionless). ``(K, Q)`` is scaled by
+``s = (min_j ⟨A_j, KQᵀ⟩)^{−1/2}`` so that the smallest margin is 1 (primal feasibility then holds
+exactly; a non-positive smallest margin is primal infeasible, residual ``inf``). With
+``θ = (K, Q)`` scaled and ``∇q_j = (A_j Q, A_jᵀ K)``, for the ``k`` smallest margins
+(``k = 1 … J``) the multipliers ``λ ≥ 0`` are fitted by non-negative least squares
+(``scipy.optimize.nnls``) to ``θ ≈ Σ_j λ_j ∇q_j``;
+
+- stationarity ``r_stat = ‖θ − Σ λ_j ∇q_j‖ / ‖θ‖``,
+- complementary slackness ``r_cs = Σ λ_j (q_j − 1) / Σ λ_j q_j``,
+
+and the residual is ``r = min_k max(r_stat, r_cs)`` (the active set is the one, among nested
+sets of smallest margins, that fits best; no threshold decides it). ``r = 0`` exactly at a KKT
+point; for a direction ``ε`` off a single-constraint KKT point ``r = ε/√(2 + ε²)``.
+
+**The threshold, argued before any flow was evaluated** (:data:`KKT_TOL`). Near a KKT limit with
+multipliers ``λ``, the flow's gradient ``Σ_j c_j e^{−m_j} ∇q_j`` (``m_j = ⟨A_j, W⟩``) is parallel to
+``θ`` only if ``c_j e^{−m_j} ∝ λ_j``, i.e. ``m_j = log(c_j/λ_j) + const``: the active margins
+differ by ``Λ = max − min of log(c_j/λ_j)`` in absolute terms while their size grows like
+``log t`` (the excess loss falls like ``1/t``). After normalisation the complementary-slackness
+residual is ``≈ Λ / log t`` and the stationarity residual is of the same order (the offsets
+move ``θ`` by ``O(Λ)`` against ``O(log t)``). Multipliers within a factor ``e^{10} ≈ 2·10⁴`` of
+each other (``c_j`` are equal on the ``mm.kq-nuclear`` draws: every gap ``γ_opt − γ_t`` is 0.5)
+give ``Λ ≤ 10``; a constraint with a smaller multiplier acts as inactive and the nested active
+sets drop it. At ``t1 = 1e100`` (``log t1 = 230``) that is ``r ≲ 10/230 ≈ 0.043``: the check
+accepts ``r(t1) ≤ 0.05``. A direction that is not a KKT point keeps ``r`` of order one (the
+Frobenius SVM of the ``mm.kq-nuclear`` draws is ``≥ 0.05`` in ``1 − cos`` from the nuclear one).
+The residual must also be falling: ``r ∝ 1/log t`` halves from ``t = √t1`` to ``t1``; the check
+asks for a fall by a factor ``≥ 1.25`` (``r ∝ (log t)^{−k}`` with ``k ≥ 0.32``), waived where
+``r(t1) < 1e-3 · KKT_TOL`` (round-off). These were fixed here before the first evaluation and
+are not tuned to its outcome.
+
+**Aligned starts** (:data:`ALIGNED_TOL`). From ``K(0) = s U_r``, ``Q(0) = s V_r`` (``U_r, V_r``
+the singular vectors of ``W_*``, ``r`` its rank; ``s² = ‖W_*‖_*/r`` so that ``K(0)Q(0)ᵀ`` has
+``W_*``'s nuclear norm and singular spaces, not its singular values), plus the default small
+random start (entries ``N(0, 10⁻⁴)``) so that every mode is present. By the argument above the
+direction error is ``O(Λ/log t)`` once the singular values have settled, so
+``1 − cos ≈ ½ (Λ/log t)²``: with ``Λ ≤ 10`` at ``t1 = 1e30`` (``log t1 = 69``),
+``1 − cos ≤ 1.1e-2``; the check accepts ``1 − cos(KQᵀ(t1), W_*) ≤ 1e-2`` and a fall by ``≥ 2``
+from ``t = 1e6``. The control: the combined-``W`` flow from the same start ``W(0) = K(0)Q(0)ᵀ``,
+whose limit is the Frobenius SVM, ``≥ 0.05`` from ``W_*``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import gradflow
+from gradflow import maxmargin as mm
+
+from ._result import CheckResult, Verdict, any_of, combine
+from .maxmargin import KQ_INIT_SCALE, KQ_M, _at, _ok, _one_minus_cos, _stack, fitted_rate, kq_draws, kq_flows, save_times
+
+__all__ = [
+    "KKT_TOL",
+    "KKT_FALL",
+    "KKT_T1",
+    "ALIGNED_TOL",
+    "ALIGNED_T1",
+    "CLASSES",
+    "KKTResidual",
+    "selection",
+    "constraint_matrices",
+    "kkt_residual",
+    "balanced_factors",
+    "nuclear_excess",
+    "kkt_verdict",
+    "classify",
+    "aligned_start",
+    "aligned_flows",
+    "aligned_verdict",
+    "run_mm_kq_kkt",
+    "run_mm_kq_aligned",
+    "STATEMENTS",
+]
+
+KKT_T1 = 1e100
+"""Horizon of ``mm.kq-kkt`` (``log t1 = 230``)."""
+
+KKT_TOL = 0.05
+"""Largest accepted KKT residual :func:`kkt_residual` at :data:`KKT_T1` (argument: module docstring)."""
+
+KKT_FALL = 1.25
+"""Smallest accepted fall ``r(√t1) / r(t1)`` of the KKT residual (``r ∝ 1/log t`` would give 2)."""
+
+ALIGNED_T1 = 1e30
+"""Horizon of ``mm.kq-aligned``."""
+
+ALIGNED_TOL = 1e-2
+"""Largest accepted ``1 − cos(KQᵀ(t1), W_*)`` from an aligned start at :data:`ALIGNED_T1`."""
+
+CLASSES = ("global nuclear SVM", "another selection's SVM", "non-global KKT point", "not settled")
+"""The classes of :func:`classify`, in its order of precedence (``not settled`` first decided)."""
+
+STATEMENTS = {
+    "mm.kq-kkt": "Lyu & Li 2020 / Ji & Telgarsky 2020 (homogeneous models, exponential tail; here to first order): "
+    "the flow of factorised key-query attention from a small start ends on a token selection and its direction "
+    "(K, Q)/||(K, Q)|| is a KKT point of that selection's factorised att-SVM min (||K||^2 + ||Q||^2)/2 s.t. "
+    "<A_j, K Q^T> >= 1 (KKT residual <= 0.05 at t = 1e100 and falling)",
+    "mm.kq-aligned": "Sheen, Chen, Wang, Zhou 2024 (flow from starts aligned with the data's singular spaces): from "
+    "K(0), Q(0) spanning the singular spaces of the nuclear-norm att-SVM W_*, K Q^T turns to W_* "
+    "(1 - cos <= 1e-2 at t = 1e30 and falling)",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# the factorised att-SVM: constraints, KKT residual, nuclear excess
+# --------------------------------------------------------------------------------------------
+
+
+def selection(W, data: mm.TokenData) -> np.ndarray:
+    """The tokens ``W`` selects: ``argmax_t x_itᵀ W z_i`` per sample, ``int32[n]``.
+
+    **Arguments:** ``W`` ``float[d, d]``; ``data`` :class:`gradflow.maxmargin.TokenData`.
+    """
+    X, Z = np.asarray(data.X, float), np.asarray(data.Z, float)
+    logits = np.einsum("ntd,de,ne->nt", X, np.asarray(W, float), Z)
+    return np.argmax(logits, axis=1).astype(np.int32)
+
+
+def constraint_matrices(data: mm.TokenData, sel) -> np.ndarray:
+    """``A_j = (x_{i,sel_i} − x_it) z_iᵀ`` for every sample ``i`` and ``t ≠ sel_i`` (order ``(i, t)``,
+    as :func:`gradflow.maxmargin.att_svm_kq`'s rows), ``float[J, d, d]`` with ``J = n(T − 1)``.
+    ``⟨A_j, W⟩ ≥ 1`` are the att-SVM's margin constraints."""
+    X, Z = np.asarray(data.X, float), np.asarray(data.Z, float)
+    n, T, d = X.shape
+    sel = np.asarray(sel)
+    return np.asarray([np.outer(X[i, sel[i]] - X[i, t], Z[i]) for i in range(n) for t in range(T) if t != sel[i]])
+
+
+@dataclasses.dataclass(frozen=True)
+class KKTResidual:
+    """The KKT residual of ``(K, Q)`` for the factorised att-SVM (see the module docstring).
+
+    **Fields:** ``r`` (``float``, ``max(r_stat, r_cs)`` at the best nested active set; ``inf``
+    where the smallest margin is ``≤ 0``), ``r_stat``, ``r_cs`` (``float``), ``active``
+    (``int``, size of the chosen active set), ``lam`` (``float[J]``, the multipliers, 0 outside
+    it), ``margins`` (``float[J]``, ``q_j`` normalised to ``min q = 1``), ``G_op`` (``float``,
+    ``‖Σ_j λ_j A_j‖_op``: ``≈ 1`` at the global nuclear minimiser, ``> 1`` at a non-global KKT point).
+    """
+
+    r: float
+    r_stat: float
+    r_cs: float
+    active: int
+    lam: np.ndarray
+    margins: np.ndarray
+    G_op: float
+
+
+def kkt_residual(K, Q, A) -> KKTResidual:
+    """KKT residual of ``(K, Q)`` (``float[d, m]`` each, any scale) for
+    ``min ½(‖K‖² + ‖Q‖²) s.t. ⟨A_j, KQᵀ⟩ ≥ 1`` (``A`` ``float[J, d, d]``, :func:`constraint_matrices`).
+
+    Scale-invariant (``(cK, cQ)`` gives the same residual). Multipliers by
+    ``scipy.optimize.nnls`` on each nested set of the ``k`` smallest margins; the set with the
+    smallest ``max(r_stat, r_cs)`` is returned. Definitions and the closed form of a
+    single constraint: module docstring. **Raises:** ``ValueError`` for mismatched shapes.
+    """
+    from scipy.optimize import nnls
+
+    K, Q, A = np.asarray(K, float), np.asarray(Q, float), np.asarray(A, float)
+    if K.shape != Q.shape or K.ndim != 2 or A.ndim != 3 or A.shape[1:] != (K.shape[0], K.shape[0]):
+        raise ValueError(f"kkt_residual: K, Q (d, m) and A (J, d, d) expected; got {K.shape}, {Q.shape}, {A.shape}")
+    J = A.shape[0]
+    m = np.einsum("jab,ab->j", A, K @ Q.T)
+    if not m.min() > 0:
+        return KKTResidual(math.inf, math.inf, math.inf, 0, np.zeros(J), m, math.nan)
+    s = 1.0 / math.sqrt(float(m.min()))
+    K, Q = s * K, s * Q
+    q = m / m.min()
+    theta = np.concatenate([K.ravel(), Q.ravel()])
+    B = np.stack([np.concatenate([(A[j] @ Q).ravel(), (A[j].T @ K).ravel()]) for j in range(J)], axis=1)
+    order = np.argsort(q, kind="stable")
+    best = None
+    for k in range(1, J + 1):
+        S = order[:k]
+        lam_s, res = nnls(B[:, S], theta)
+        r_stat = float(res / np.linalg.norm(theta))
+        denom = float(lam_s @ q[S])
+        r_cs = float(lam_s @ (q[S] - 1) / denom) if denom > 0 else 0.0
+        r = max(r_stat, r_cs)
+        if best is None or r < best[0]:
+            lam = np.zeros(J)
+            lam[S] = lam_s
+            best = (r, r_stat, r_cs, k, lam)
+    r, r_stat, r_cs, k, lam = best
+    G = np.einsum("j,jab->ab", lam, A)
+    return KKTResidual(r, r_stat, r_cs, int(k), lam, q, float(np.linalg.norm(G, 2)))
+
+
+def balanced_factors(W, m: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """``K = U_m S_m^{1/2}``, ``Q = V_m S_m^{1/2}`` from the SVD ``W = U S Vᵀ`` (the factorisation
+    with ``‖K‖² + ‖Q‖² = 2‖W‖_*`` when ``m ≥ rank W``), each ``float[d, m]`` (``m`` default ``d``)."""
+    U, S, Vt = np.linalg.svd(np.asarray(W, float))
+    m = len(S) if m is None else m
+    r = np.sqrt(S[:m])
+    return U[:, :m] * r, Vt[:m].T * r
+
+
+def nuclear_excess(W, A, W_nuc) -> float:
+    """``‖W̃‖_* / ‖W_nuc‖_* − 1`` with ``W̃ = W / min_j ⟨A_j, W⟩`` (``W`` scaled to margin 1, hence
+    feasible): how far ``W``'s direction is from nuclear-norm optimal for the constraints ``A``
+    (``W_nuc`` their nuclear att-SVM). ``≥ 0`` up to the solver's tolerance; ``inf`` where
+    ``min ⟨A_j, W⟩ ≤ 0``."""
+    m = np.einsum("jab,ab->j", np.asarray(A, float), np.asarray(W, float))
+    if not m.min() > 0:
+        return math.inf
+    return float(np.linalg.norm(np.asarray(W, float) / m.min(), "nuc") / np.linalg.norm(W_nuc, "nuc") - 1)
+
+
+# --------------------------------------------------------------------------------------------
+# mm.kq-kkt: the flow's limit direction is a KKT point
+# --------------------------------------------------------------------------------------------
+
+PERTURB = 4 * KKT_TOL
+"""Relative size of the random perturbation of ``(K, Q)`` in the second control part: four times
+the tolerance, which a first-order residual must see."""
+
+
+def _residual_along(t, Ks, Qs, A, t_from=1e2):
+    """:func:`kkt_residual` at every save time ``≥ t_from`` (``nan`` before)."""
+    out = np.full(len(t), math.nan)
+    for k in np.flatnonzero(np.asarray(t) >= t_from):
+        out[k] = kkt_residual(Ks[k], Qs[k], A).r
+    return out
+
+
+def kkt_verdict(t, Ks, Qs, datas, ok=None, *, tol: float = KKT_TOL, fall: float = KKT_FALL) -> Verdict:
+    """Evaluate "``(K, Q)(t1)`` is a KKT point of the factorised att-SVM of the selection it ends on".
+
+    **Arguments:** ``t`` ``(B, K)`` or ``(K,)`` save times ending at ``t1``; ``Ks``, ``Qs``
+    ``(B, K, d, m)`` factors along each flow; ``datas`` ``B`` :class:`gradflow.maxmargin.TokenData`;
+    ``ok`` per-trial solver flags; ``tol`` (default :data:`KKT_TOL`), ``fall`` (default :data:`KKT_FALL`).
+    **Returns:** :class:`Verdict` with sub-margins per trial ``end = log10(tol / r(t1))`` and
+    ``fall = log10(r(√t1) / r(t1)) − log10(fall)`` (``+inf`` where ``r(t1) < 1e-3·tol``), and
+    details: the selection at ``t1``, whether it is the stated optimal one, ``r``, ``r_stat``,
+    ``r_cs``, the active-set size and ``‖G‖_op`` at ``t1``, ``r`` at ``√t1``, and ``r`` along the
+    flow (``kkt_residual_t``).
+    """
+    Ks, Qs = np.asarray(Ks, float), np.asarray(Qs, float)
+    B = Ks.shape[0]
+    t = np.broadcast_to(np.asarray(t, float), Ks.shape[:2])
+    det = dict(selection=[], selection_is_optimal=[], kkt_r_end=[], kkt_r_stat_end=[], kkt_r_cs_end=[],
+               kkt_active_end=[], kkt_G_op_end=[], kkt_r_half=[], kkt_residual_t=[], sub_margins=[])
+    margins = []
+    for b in range(B):
+        tb = t[b]
+        W1 = Ks[b, -1] @ Qs[b, -1].T
+        sel = selection(W1, datas[b])
+        A = constraint_matrices(datas[b], sel)
+        res = kkt_residual(Ks[b, -1], Qs[b, -1], A)
+        k_half = int(np.argmin(np.abs(np.log(np.maximum(tb, 1e-300)) - 0.5 * math.log(tb[-1]))))
+        r_half = kkt_residual(Ks[b, k_half], Qs[b, k_half], A).r
+        r_end = res.r
+        sub = dict(end=math.log10(tol / r_end) if r_end > 0 else math.inf,
+                   fall=math.inf if r_end < 1e-3 * tol else math.log10(r_half / r_end) - math.log10(fall))
+        margins.append(min(sub.values()))
+        det["selection"].append(sel.tolist())
+        det["selection_is_optimal"].append(bool(np.array_equal(sel, np.asarray(datas[b].opt))))
+        det["kkt_r_end"].append(r_end)
+        det["kkt_r_stat_end"].append(res.r_stat)
+        det["kkt_r_cs_end"].append(res.r_cs)
+        det["kkt_active_end"].append(res.active)
+        det["kkt_G_op_end"].append(res.G_op)
+        det["kkt_r_half"].append(r_half)
+        det["kkt_residual_t"].append(_residual_along(tb, Ks[b], Qs[b], A).tolist())
+        det["sub_margins"].append(sub)
+    det.update(tol=tol, fall_factor=fall, t_end=float(t[0, -1]), t=t[0].tolist())
+    return combine(margins, det, ok)
+
+
+def _perturbed(Ks, Qs, seed):
+    """``(K, Q) + PERTURB·‖(K, Q)‖·R/‖R‖`` at every save time, one fixed random ``R`` per trial."""
+    rng = np.random.default_rng(seed)
+    R = rng.normal(size=(Ks.shape[0], 2) + Ks.shape[2:])
+    R /= np.linalg.norm(R.reshape(len(R), -1), axis=1)[:, None, None, None]
+    norm = np.sqrt(np.sum(Ks ** 2, axis=(2, 3)) + np.sum(Qs ** 2, axis=(2, 3)))[..., None, None]
+    return Ks + PERTURB * norm * R[:, None, 0], Qs + PERTURB * norm * R[:, None, 1]
+
+
+def run_mm_kq_kkt(trials: int = 16, seed: int = 0) -> CheckResult:
+    """Default: the factorised flows of :func:`gradflow.theory.maxmargin.kq_flows` (the
+    ``mm.kq-nuclear`` draws and starts) to :data:`KKT_T1`, :func:`kkt_verdict`. Control (fails only
+    if every part fails, :func:`gradflow.theory._result.any_of`): (a) the combined-``W`` flow of the
+    same draws, its ``W(t)`` as balanced factors (:func:`balanced_factors`) — it tends to the
+    Frobenius att-SVM, not a KKT point of the factorised problem; (b) the factorised flow with
+    ``(K, Q)`` moved by a fixed random direction of relative size :data:`PERTURB`.
+    Details add :func:`classify`'s class per draw and its evidence."""
+    W_kq, sol_kq, W_w, sol_w, draws, ts = kq_flows(trials, seed, KKT_T1)
+    datas = [dr[0] for dr in draws]
+    Ks, Qs = np.asarray(sol_kq.params["K"]), np.asarray(sol_kq.params["Q"])
+    main = kkt_verdict(np.asarray(sol_kq.t), Ks, Qs, datas, _ok(sol_kq))
+    fw = [[balanced_factors(W, KQ_M) for W in Wb] for Wb in W_w]
+    Kw = np.asarray([[f[0] for f in fb] for fb in fw])
+    Qw = np.asarray([[f[1] for f in fb] for fb in fw])
+    ctrl_w = kkt_verdict(np.asarray(sol_w.t), Kw, Qw, datas, _ok(sol_w))
+    Kp, Qp = _perturbed(Ks, Qs, seed)
+    ctrl_p = kkt_verdict(np.asarray(sol_kq.t), Kp, Qp, datas, _ok(sol_kq))
+    ctrl = any_of({"combined W": ctrl_w, "perturbed direction": ctrl_p})
+    ev = evidence(draws, np.asarray(sol_kq.t)[0] if np.ndim(sol_kq.t) > 1 else np.asarray(sol_kq.t), W_kq, main)
+    extra = dict(num_steps=np.asarray(sol_kq.num_steps).tolist(), control_num_steps=np.asarray(sol_w.num_steps).tolist(),
+                 t1=KKT_T1, draw_offsets=[dr[4] for dr in draws], classes=[e["class"] for e in ev], evidence=ev,
+                 control_combined_w_r_end=ctrl_w.details["kkt_r_end"],
+                 control_perturbed_r_end=ctrl_p.details["kkt_r_end"])
+    return CheckResult.from_verdicts("mm.kq-kkt", STATEMENTS["mm.kq-kkt"], main, ctrl,
+                                     "(a) the combined-W flow (tends to the Frobenius att-SVM) as balanced factors; "
+                                     f"(b) the flow's (K, Q) moved by a random direction of relative size {PERTURB:g}",
+                                     **extra)
+
+
+# --------------------------------------------------------------------------------------------
+# classification of each draw's limit
+# --------------------------------------------------------------------------------------------
+
+
+def classify(r_end: float, r_fall_ok: bool, excess: float, selection_is_optimal: bool, *, tol: float = KKT_TOL) -> str:
+    """The class of a flow's limit from its evidence (rules fixed with :data:`KKT_TOL`'s argument):
+
+    1. ``"not settled"`` where the KKT residual ``r(t1) > tol`` or it is not falling;
+    2. otherwise the direction is (to ``tol``) a KKT point of the factorised att-SVM of its
+       selection ``α``; where its nuclear excess (:func:`nuclear_excess` against ``α``'s
+       nuclear att-SVM) is ``≤ tol`` — the same order as the residual, since a margin spread
+       ``r_cs`` raises ``‖W̃‖_*`` by about ``r_cs`` — it is that SVM: ``"global nuclear SVM"`` if
+       ``α`` is the stated (globally optimal) selection, else ``"another selection's SVM"``;
+    3. otherwise ``"non-global KKT point"``.
+    """
+    if not (r_end <= tol and r_fall_ok):
+        return CLASSES[3]
+    if excess <= tol:
+        return CLASSES[0] if selection_is_optimal else CLASSES[1]
+    return CLASSES[2]
+
+
+def evidence(draws, t, W_kq, verdict: Verdict) -> list[dict]:
+    """Per draw: the selection's nuclear and Frobenius att-SVMs, ``1 − cos`` of ``K Qᵀ(t)`` to them
+    (at ``1e4, 1e30, t1``) and to the stated selection's ``W_*``, the fitted rate ``k`` of
+    ``1 − cos ∝ (log t)^{−k}`` (``t ≥ 1e6``), the singular values of ``K Qᵀ(t1)`` over ``σ_max``
+    and of the SVMs, the nuclear excess, the KKT residual and the class (:func:`classify`)."""
+    out = []
+    det = verdict.details
+    for b, dr in enumerate(draws):
+        data, nuc_opt = dr[0], dr[1]
+        sel = np.asarray(det["selection"][b], np.int32)
+        is_opt = bool(det["selection_is_optimal"][b])
+        nuc = nuc_opt if is_opt else mm.att_svm_nuclear(data.X, data.Y, data.v, sel, data.Z)
+        fro = dr[2] if is_opt else mm.att_svm_kq(data.X, data.Y, data.v, sel, data.Z)
+        Wb = W_kq[b]
+        c_nuc, c_fro, c_opt = (_one_minus_cos(Wb, nuc.w), _one_minus_cos(Wb, fro.w), _one_minus_cos(Wb, nuc_opt.w))
+        excess = nuclear_excess(Wb[-1], constraint_matrices(data, sel), nuc.w)
+        r_end, r_half = float(det["kkt_r_end"][b]), float(det["kkt_r_half"][b])
+        fall_ok = r_end < 1e-3 * KKT_TOL or r_half / r_end >= KKT_FALL
+        sv = np.linalg.svd(Wb[-1], compute_uv=False)
+        e = dict(offset=int(dr[4]), selection=sel.tolist(), stated=np.asarray(data.opt).tolist(),
+                 selection_is_optimal=is_opt,
+                 one_minus_cos_nuc_sel={k: _at(t, c_nuc, t0) for k, t0 in (("1e4", 1e4), ("1e30", 1e30), ("t1", t[-1]))},
+                 one_minus_cos_fro_sel={k: _at(t, c_fro, t0) for k, t0 in (("1e4", 1e4), ("1e30", 1e30), ("t1", t[-1]))},
+                 one_minus_cos_nuc_stated_t1=float(c_opt[-1]), rate_k_nuc_sel=fitted_rate(t, c_nuc),
+                 singular_values_t1=(sv / sv[0]).tolist(),
+                 singular_values_nuc_sel=(np.linalg.svd(nuc.w, compute_uv=False) / np.linalg.norm(nuc.w, 2)).tolist(),
+                 rank_nuc_sel=int(nuc.rank), nuclear_excess=excess, kkt_r_t1=r_end, kkt_r_half=r_half,
+                 kkt_G_op=float(det["kkt_G_op_end"][b]), kkt_active=int(det["kkt_active_end"][b]))
+        e["class"] = classify(r_end, fall_ok, excess, is_opt)
+        out.append(e)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# mm.kq-aligned: from starts aligned with W_*'s singular spaces
+# --------------------------------------------------------------------------------------------
+
+
+def aligned_start(W_nuc, seed: int, m: int = KQ_M, scale: float = KQ_INIT_SCALE) -> dict:
+    """``K(0) = s U_r + K_0``, ``Q(0) = s V_r + Q_0`` (``float[d, m]``): ``U_r, V_r`` the first ``r``
+    singular vectors of ``W_nuc`` (``r`` its numerical rank at ``rtol = 1e-6``, zero columns up to
+    ``m``), ``s² = ‖W_nuc‖_*/r``, and ``K_0, Q_0`` the default small random start
+    (:func:`gradflow.maxmargin.kq_factors_init`, entries ``N(0, scale²)``)."""
+    W = np.asarray(W_nuc, float)
+    d = W.shape[0]
+    U, S, Vt = np.linalg.svd(W)
+    r = int(mm.numerical_rank(W, 1e-6))
+    s = math.sqrt(float(S.sum()) / r)
+    noise = mm.kq_factors_init(seed, d, m, scale)
+    K, Q = np.zeros((d, m)), np.zeros((d, m))
+    K[:, :r], Q[:, :r] = s * U[:, :r], s * Vt[:r].T
+    return {"K": jnp.asarray(K) + noise["K"], "Q": jnp.asarray(Q) + noise["Q"]}
+
+
+@functools.lru_cache(maxsize=2)
+def aligned_flows(trials: int, seed: int, t1: float = ALIGNED_T1):
+    """Flows of the :func:`gradflow.theory.maxmargin.kq_draws` draws from :func:`aligned_start`
+    (seed ``1000·seed + offset``) to ``t1`` under :func:`gradflow.integrate_batch`'s defaults:
+    factorised ``(K, Q)`` and the combined ``W`` from ``W(0) = K(0) Q(0)ᵀ``. Returns
+    ``(W_kq, sol_kq, W_w, sol_w, draws)`` with ``W_*`` ``(trials, len(ts), d, d)``."""
+    draws = kq_draws(trials, seed)
+    datas = _stack([dr[0] for dr in draws])
+    ts = save_times(t1, per_decade=3)
+    starts = [aligned_start(dr[1].w, 1000 * seed + dr[4]) for dr in draws]
+    p0 = {k: jnp.stack([s[k] for s in starts]) for k in ("K", "Q")}
+    sol_kq = gradflow.integrate_batch(mm.kq_factored_loss, p0, t1=t1, ts=ts, args=datas, args_batched=True)
+    W0 = jnp.einsum("bim,bjm->bij", p0["K"], p0["Q"])
+    sol_w = gradflow.integrate_batch(mm.kq_loss, W0, t1=t1, ts=ts, args=datas, args_batched=True)
+    W_kq = np.einsum("btim,btjm->btij", np.asarray(sol_kq.params["K"]), np.asarray(sol_kq.params["Q"]))
+    return W_kq, sol_kq, np.asarray(sol_w.params), sol_w, draws
+
+
+def aligned_verdict(t, Ws, W_nuc, ok=None, *, tol: float = ALIGNED_TOL) -> Verdict:
+    """"``W(t)`` turns to ``W_nuc``": sub-margins per trial ``end = log10(tol / c(t1))`` and
+    ``drop = log10(c(1e6) / c(t1)) − log10(2)`` with ``c = 1 − cos(W, W_nuc)``. **Arguments:**
+    ``t`` ``(K,)`` or ``(B, K)``; ``Ws`` ``(B, K, d, d)``; ``W_nuc`` ``(B, d, d)``; ``ok`` per-trial flags.
+    Details: ``c`` at ``1e4``, ``1e12``, ``t1`` and the fitted rate ``k`` (``c ∝ (log t)^{−k}``)."""
+    Ws = np.asarray(Ws, float)
+    t = np.broadcast_to(np.asarray(t, float), Ws.shape[:2])
+    det = dict(one_minus_cos_1e4=[], one_minus_cos_1e12=[], one_minus_cos_end=[], rate_k=[], sub_margins=[])
+    margins = []
+    for b in range(Ws.shape[0]):
+        c = _one_minus_cos(Ws[b], W_nuc[b])
+        end = float(c[-1])
+        sub = dict(end=math.log10(tol / end) if end > 0 else math.inf,
+                   drop=math.log10(_at(t[b], c, 1e6) / end) - math.log10(2) if end > 0 else math.inf)
+        margins.append(min(sub.values()))
+        det["one_minus_cos_1e4"].append(_at(t[b], c, 1e4))
+        det["one_minus_cos_1e12"].append(_at(t[b], c, 1e12))
+        det["one_minus_cos_end"].append(end)
+        det["rate_k"].append(fitted_rate(t[b], c))
+        det["sub_margins"].append(sub)
+    det.update(tol_end=tol, t_end=float(t[0, -1]))
+    return combine(margins, det, ok)
+
+
+def run_mm_kq_aligned(trials: int = 16, seed: int = 0) -> CheckResult:
+    """Default: :func:`aligned_flows` of the ``mm.kq-nuclear`` draws to :data:`ALIGNED_T1`, ``K Qᵀ``
+    against the nuclear-norm att-SVM :func:`aligned_verdict`; control: the combined-``W`` flow from
+    the same start (it tends to the Frobenius att-SVM)."""
+    W_kq, sol_kq, W_w, sol_w, draws = aligned_flows(trials, seed)
+    W_nuc = np.stack([dr[1].w for dr in draws])
+    main = aligned_verdict(np.asarray(sol_kq.t), W_kq, W_nuc, _ok(sol_kq))
+    ctrl = aligned_verdict(np.asarray(sol_w.t), W_w, W_nuc, _ok(sol_w))
+    return CheckResult.from_verdicts("mm.kq-aligned", STATEMENTS["mm.kq-aligned"], main, ctrl,
+                                     "the combined-W flow from the same aligned start (tends to the Frobenius att-SVM)",
+                                     num_steps=np.asarray(sol_kq.num_steps).tolist(),
+                                     control_num_steps=np.asarray(sol_w.num_steps).tolist(), t1=ALIGNED_T1,
+                                     draw_offsets=[dr[4] for dr in draws])
