@@ -103,7 +103,11 @@ __all__ = [
     "balanced_factors",
     "nuclear_excess",
     "kkt_verdict",
+    "kkt_polish",
     "classify",
+    "evidence",
+    "POLISH_EXCESS",
+    "CLOSER",
     "aligned_start",
     "aligned_flows",
     "aligned_verdict",
@@ -351,54 +355,139 @@ def run_mm_kq_kkt(trials: int = 16, seed: int = 0) -> CheckResult:
 # classification of each draw's limit
 # --------------------------------------------------------------------------------------------
 
+POLISH_EXCESS = 1e-6
+"""Nuclear excess (:func:`nuclear_excess`) above which a polished KKT point is not the nuclear
+att-SVM: far above the two solvers' accuracies (SLSQP ``ftol = 1e-14``, the certificate of
+:func:`gradflow.maxmargin.att_svm_nuclear` at ``1e-7``)."""
 
-def classify(r_end: float, r_fall_ok: bool, excess: float, selection_is_optimal: bool, *, tol: float = KKT_TOL) -> str:
-    """The class of a flow's limit from its evidence (rules fixed with :data:`KKT_TOL`'s argument):
+POLISH_KKT = 1e-6
+"""Largest KKT residual at which :func:`kkt_polish` accepts its point as a KKT point."""
 
-    1. ``"not settled"`` where the KKT residual ``r(t1) > tol`` or it is not falling;
-    2. otherwise the direction is (to ``tol``) a KKT point of the factorised att-SVM of its
-       selection ``α``; where its nuclear excess (:func:`nuclear_excess` against ``α``'s
-       nuclear att-SVM) is ``≤ tol`` — the same order as the residual, since a margin spread
-       ``r_cs`` raises ``‖W̃‖_*`` by about ``r_cs`` — it is that SVM: ``"global nuclear SVM"`` if
-       ``α`` is the stated (globally optimal) selection, else ``"another selection's SVM"``;
-    3. otherwise ``"non-global KKT point"``.
+CLOSER = 3.0
+"""A flow counts as heading to a non-global KKT point only where it ends at least this many times
+closer (in ``1 − cos``) to it than to the nuclear att-SVM."""
+
+
+def kkt_polish(K, Q, A, rank: int) -> tuple[np.ndarray, KKTResidual, bool]:
+    """The KKT point of the factorised att-SVM found by a local solve from ``(K, Q)``: SLSQP
+    (``scipy.optimize.minimize``, ``ftol = 1e-14``, exact gradients) on
+    ``min ½(‖K‖² + ‖Q‖²) s.t. ⟨A_j, KQᵀ⟩ ≥ 1`` over rank-``rank`` factors, started from the balanced
+    rank-``rank`` truncation of ``KQᵀ`` scaled to margin 1. With ``rank`` the flow's numerical
+    rank this finds the KKT point the flow sits near *within its rank*: where a smaller singular
+    value is still growing (an escape from a saddle), a full-rank solve would jump to the global
+    minimiser instead (for ``m = d`` every rank-deficient local minimiser of the factorised problem
+    is global, the Burer–Monteiro argument; non-global KKT points of lower rank are saddles).
+
+    **Arguments:** ``K``, ``Q`` ``float[d, m]``; ``A`` ``float[J, d, d]``; ``rank`` int in ``[1, d]``.
+    **Returns:** ``(W_P, residual, ok)``: ``W_P`` ``float[d, d]`` the polished point at margin 1,
+    its :func:`kkt_residual` (``≈ 0`` at a KKT point), ``ok`` whether that residual is
+    ``≤`` :data:`POLISH_KKT` (SLSQP's own flag is not used: it can end on a line-search message
+    at a point that meets the KKT conditions to ``1e-9``).
     """
-    if not (r_end <= tol and r_fall_ok):
-        return CLASSES[3]
-    if excess <= tol:
+    from scipy.optimize import minimize
+
+    A = np.asarray(A, float)
+    Kr, Qr = balanced_factors(np.asarray(K, float) @ np.asarray(Q, float).T, rank)
+    m0 = np.einsum("jab,ab->j", A, Kr @ Qr.T)
+    if not m0.min() > 0:
+        return np.full(A.shape[1:], math.nan), KKTResidual(math.inf, math.inf, math.inf, 0, np.zeros(len(A)), m0, math.nan), False
+    s = 1 / math.sqrt(float(m0.min()))
+    d, r = Kr.shape
+    n = d * r
+
+    def split(x):
+        return x[:n].reshape(d, r), x[n:].reshape(d, r)
+
+    def margins(x):
+        k, q = split(x)
+        return np.einsum("jab,ab->j", A, k @ q.T) - 1
+
+    def jac(x):
+        k, q = split(x)
+        return np.stack([np.concatenate([(a @ q).ravel(), (a.T @ k).ravel()]) for a in A])
+
+    sol = minimize(lambda x: 0.5 * x @ x, np.concatenate([s * Kr.ravel(), s * Qr.ravel()]), jac=lambda x: x,
+                   constraints=[{"type": "ineq", "fun": margins, "jac": jac}], method="SLSQP",
+                   options=dict(ftol=1e-14, maxiter=2000))
+    k, q = split(sol.x)
+    res = kkt_residual(k, q, A)
+    return k @ q.T, res, bool(res.r <= POLISH_KKT)
+
+
+def classify(r_end: float, c_star: tuple[float, float], polish_excess: float, c_polish: tuple[float, float],
+             selection_is_optimal: bool, *, tol: float = KKT_TOL, fall: float = KKT_FALL, closer: float = CLOSER) -> str:
+    """The class (:data:`CLASSES`) of a flow's limit from its evidence at two times ``√t1`` and ``t1``.
+
+    **Arguments:** ``r_end`` the KKT residual at ``t1`` (:func:`kkt_residual`, for the selection
+    ``α`` the flow ends on); ``c_star`` ``(c(√t1), c(t1))`` with ``c = 1 − cos(KQᵀ, W_α)``, ``W_α``
+    the nuclear att-SVM of ``α``; ``polish_excess`` the nuclear excess of the KKT point
+    :func:`kkt_polish` finds from the flow's final point at its rank; ``c_polish`` ``1 − cos`` of
+    ``KQᵀ`` to that point at the same two times; ``selection_is_optimal`` whether ``α`` is the stated
+    (globally optimal) selection.
+
+    Rules, in order:
+
+    1. ``"non-global KKT point"``: the polished point is not ``W_α`` (excess ``>``
+       :data:`POLISH_EXCESS`), the flow ends ``closer`` times nearer to it than to ``W_α``, and
+       it is still approaching it (``c_polish`` falls);
+    2. ``"global nuclear SVM"`` (``"another selection's SVM"`` where ``α`` is not the stated
+       selection): ``r_end ≤ tol`` and ``c_star`` falls by a factor ``≥ fall``;
+    3. ``"not settled"`` otherwise.
+
+    The first rule set (written with :data:`KKT_TOL`'s argument, before any flow was evaluated)
+    used the nuclear excess of the flow's own point with ``tol``; it could not separate: a draw
+    with excess 0.025 sat at ``1 − cos = 0.11`` from ``W_*`` (docs: factorised attention). The
+    polish compares exact KKT points instead.
+    """
+    if polish_excess > POLISH_EXCESS and c_polish[1] * closer <= c_star[1] and c_polish[1] < c_polish[0]:
+        return CLASSES[2]
+    if r_end <= tol and c_star[1] * fall <= c_star[0]:
         return CLASSES[0] if selection_is_optimal else CLASSES[1]
-    return CLASSES[2]
+    return CLASSES[3]
 
 
 def evidence(draws, t, W_kq, verdict: Verdict) -> list[dict]:
-    """Per draw: the selection's nuclear and Frobenius att-SVMs, ``1 − cos`` of ``K Qᵀ(t)`` to them
-    (at ``1e4, 1e30, t1``) and to the stated selection's ``W_*``, the fitted rate ``k`` of
-    ``1 − cos ∝ (log t)^{−k}`` (``t ≥ 1e6``), the singular values of ``K Qᵀ(t1)`` over ``σ_max``
-    and of the SVMs, the nuclear excess, the KKT residual and the class (:func:`classify`)."""
+    """Per draw (``draws`` as :func:`gradflow.theory.maxmargin.kq_draws`, ``t`` ``(K,)`` save times,
+    ``W_kq`` ``(B, K, d, d)``, ``verdict`` a :func:`kkt_verdict` of the same flows): the selection
+    and its nuclear and Frobenius att-SVMs, ``1 − cos`` of ``K Qᵀ(t)`` to them at ``1e4``, ``1e30``,
+    ``√t1``, ``t1`` and to the stated selection's ``W_*`` at ``t1``, the fitted rate ``k`` of
+    ``1 − cos ∝ (log t)^{−k}`` (``t ≥ 1e6``), the singular values of ``K Qᵀ(t1)`` and of the SVMs
+    over ``σ_max``, the polished KKT point (:func:`kkt_polish`: its excess, ``‖G‖_op``, distance
+    to ``W_α``, the flow's distance to it), the KKT residual and the class (:func:`classify`)."""
     out = []
     det = verdict.details
+    t = np.asarray(t, float)
+    half = math.sqrt(float(t[-1]))
+    times = (("1e4", 1e4), ("1e30", 1e30), ("half", half), ("t1", float(t[-1])))
     for b, dr in enumerate(draws):
         data, nuc_opt = dr[0], dr[1]
         sel = np.asarray(det["selection"][b], np.int32)
         is_opt = bool(det["selection_is_optimal"][b])
         nuc = nuc_opt if is_opt else mm.att_svm_nuclear(data.X, data.Y, data.v, sel, data.Z)
         fro = dr[2] if is_opt else mm.att_svm_kq(data.X, data.Y, data.v, sel, data.Z)
-        Wb = W_kq[b]
-        c_nuc, c_fro, c_opt = (_one_minus_cos(Wb, nuc.w), _one_minus_cos(Wb, fro.w), _one_minus_cos(Wb, nuc_opt.w))
-        excess = nuclear_excess(Wb[-1], constraint_matrices(data, sel), nuc.w)
-        r_end, r_half = float(det["kkt_r_end"][b]), float(det["kkt_r_half"][b])
-        fall_ok = r_end < 1e-3 * KKT_TOL or r_half / r_end >= KKT_FALL
+        A = constraint_matrices(data, sel)
+        Wb = np.asarray(W_kq[b], float)
         sv = np.linalg.svd(Wb[-1], compute_uv=False)
+        rank = int(mm.numerical_rank(Wb[-1], 1e-3))
+        K1, Q1 = balanced_factors(Wb[-1])
+        P, pres, pok = kkt_polish(K1, Q1, A, rank)
+        excess = nuclear_excess(P, A, nuc.w) if pok else math.nan
+        curves = {"nuc_sel": _one_minus_cos(Wb, nuc.w), "fro_sel": _one_minus_cos(Wb, fro.w), "polish": _one_minus_cos(Wb, P)}
         e = dict(offset=int(dr[4]), selection=sel.tolist(), stated=np.asarray(data.opt).tolist(),
-                 selection_is_optimal=is_opt,
-                 one_minus_cos_nuc_sel={k: _at(t, c_nuc, t0) for k, t0 in (("1e4", 1e4), ("1e30", 1e30), ("t1", t[-1]))},
-                 one_minus_cos_fro_sel={k: _at(t, c_fro, t0) for k, t0 in (("1e4", 1e4), ("1e30", 1e30), ("t1", t[-1]))},
-                 one_minus_cos_nuc_stated_t1=float(c_opt[-1]), rate_k_nuc_sel=fitted_rate(t, c_nuc),
+                 selection_is_optimal=is_opt, t1=float(t[-1]),
+                 **{f"one_minus_cos_{k}": {name: _at(t, c, t0) for name, t0 in times} for k, c in curves.items()},
+                 one_minus_cos_nuc_stated_t1=float(_one_minus_cos(Wb[-1:], nuc_opt.w)[0]),
+                 one_minus_cos_svms=1 - mm.cosine(nuc.w, fro.w), rate_k_nuc_sel=fitted_rate(t, curves["nuc_sel"]),
                  singular_values_t1=(sv / sv[0]).tolist(),
                  singular_values_nuc_sel=(np.linalg.svd(nuc.w, compute_uv=False) / np.linalg.norm(nuc.w, 2)).tolist(),
-                 rank_nuc_sel=int(nuc.rank), nuclear_excess=excess, kkt_r_t1=r_end, kkt_r_half=r_half,
+                 singular_values_fro_sel=(np.linalg.svd(fro.w, compute_uv=False) / np.linalg.norm(fro.w, 2)).tolist(),
+                 rank_t1=rank, rank_nuc_sel=int(nuc.rank), polish_ok=pok, polish_kkt_r=pres.r, polish_G_op=pres.G_op,
+                 polish_excess=excess, polish_one_minus_cos_nuc=1 - mm.cosine(P, nuc.w) if pok else math.nan,
+                 polish_singular_values=(np.linalg.svd(P, compute_uv=False) / np.linalg.norm(P, 2)).tolist() if pok else [],
+                 kkt_r_t1=float(det["kkt_r_end"][b]), kkt_r_half=float(det["kkt_r_half"][b]),
                  kkt_G_op=float(det["kkt_G_op_end"][b]), kkt_active=int(det["kkt_active_end"][b]))
-        e["class"] = classify(r_end, fall_ok, excess, is_opt)
+        cs, cp = e["one_minus_cos_nuc_sel"], e["one_minus_cos_polish"]
+        e["class"] = classify(e["kkt_r_t1"], (cs["half"], cs["t1"]), excess if pok else 0.0, (cp["half"], cp["t1"]), is_opt)
         out.append(e)
     return out
 
