@@ -484,6 +484,7 @@ def evidence(draws, t, W_kq, verdict: Verdict) -> list[dict]:
                  rank_t1=rank, rank_nuc_sel=int(nuc.rank), polish_ok=pok, polish_kkt_r=pres.r, polish_G_op=pres.G_op,
                  polish_excess=excess, polish_one_minus_cos_nuc=1 - mm.cosine(P, nuc.w) if pok else math.nan,
                  polish_singular_values=(np.linalg.svd(P, compute_uv=False) / np.linalg.norm(P, 2)).tolist() if pok else [],
+                 polish_W=(P if pok else nuc.w).tolist(), nuc_W=nuc.w.tolist(), fro_W=fro.w.tolist(),
                  kkt_r_t1=float(det["kkt_r_end"][b]), kkt_r_half=float(det["kkt_r_half"][b]),
                  kkt_G_op=float(det["kkt_G_op_end"][b]), kkt_active=int(det["kkt_active_end"][b]))
         cs, cp = e["one_minus_cos_nuc_sel"], e["one_minus_cos_polish"]
@@ -568,3 +569,55 @@ def run_mm_kq_aligned(trials: int = 16, seed: int = 0) -> CheckResult:
                                      num_steps=np.asarray(sol_kq.num_steps).tolist(),
                                      control_num_steps=np.asarray(sol_w.num_steps).tolist(), t1=ALIGNED_T1,
                                      draw_offsets=[dr[4] for dr in draws])
+
+
+# --------------------------------------------------------------------------------------------
+# the regularisation path of (K, Q)
+# --------------------------------------------------------------------------------------------
+
+REGPATH_RADII = (1.0, 3.0, 10.0, 30.0, 100.0, 300.0)
+"""Radii ``R`` of the factorised regularisation path in units of ``‖W_*‖_*`` (the constraint is
+``‖K‖² + ‖Q‖² ≤ 2R``, so ``‖KQᵀ‖_* ≤ R``)."""
+
+
+def kq_log_excess(theta, data: mm.TokenData):
+    """``log(L − L*)`` of factorised key–query attention at ``θ = vec(K, Q)`` (``float[2dm]``,
+    ``m = d``): :func:`gradflow.maxmargin.log_excess_from_logits` of ``x_itᵀ K Qᵀ z_i``."""
+    d = data.X.shape[2]
+    K, Q = theta[: d * d].reshape(d, d), theta[d * d:].reshape(d, d)
+    z = jnp.einsum("ntd,de,ne->nt", data.X, K @ Q.T, data.Z)
+    return mm.log_excess_from_logits(z, data)
+
+
+@jax.jit
+def _kq_sphere_min(u0, radius, data):
+    import optimistix as optx
+
+    def fn(u, args):
+        return kq_log_excess(args * u / jnp.linalg.norm(u), data)
+
+    sol = optx.minimise(fn, optx.BFGS(rtol=1e-12, atol=1e-12), u0, args=radius, max_steps=4000, throw=False)
+    return sol.value, sol.result == optx.RESULTS.successful, fn(sol.value, radius)
+
+
+def kq_regularisation_path(data: mm.TokenData, radii, theta0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``argmin L(K, Q)`` over ``‖K‖² + ‖Q‖² = 2R`` for increasing ``radii`` ``R`` (for ``R`` past the
+    interior minimisers the minimiser of ``‖K‖² + ‖Q‖² ≤ 2R`` lies on that sphere), by BFGS
+    (optimistix) on ``u ↦ log(L − L*)(√(2R) u/‖u‖)`` (:func:`kq_log_excess`), started from
+    ``theta0`` (``float[2d²]``, ``vec(K, Q)``) at the first radius and warm-started after.
+    Tarzanagh, Li, Thrampoulidis, Oymak (2023): its ``KQᵀ/R`` turns to ``W_*/‖W_*‖_*`` (or a locally
+    optimal selection's SVM).
+
+    **Returns:** ``(W, log_excess, ok)``: ``W`` ``float[len(radii), d, d]`` (``KQᵀ`` on the path),
+    the minimised ``log(L − L*)`` and BFGS's success flag per radius.
+    """
+    d = data.X.shape[2]
+    u = jnp.asarray(np.asarray(theta0, float))
+    Ws, vals, oks = [], [], []
+    for R in radii:
+        u, ok, val = _kq_sphere_min(u, jnp.asarray(math.sqrt(2.0 * float(R))), data)
+        th = np.asarray(math.sqrt(2.0 * float(R)) * u / jnp.linalg.norm(u))
+        Ws.append(th[: d * d].reshape(d, d) @ th[d * d:].reshape(d, d).T)
+        vals.append(float(val))
+        oks.append(bool(ok))
+    return np.stack(Ws), np.asarray(vals), np.asarray(oks)
