@@ -154,3 +154,26 @@ def test_check_runs_and_its_control_fails(cid):
     assert not r.control_holds, dict(r.details)["control"]
     assert dict(r.details)["control"]["worst_margin"] < 0
     json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_docs_table_is_generated_from_the_committed_json(tmp_path):
+    """docs/kq-nuclear.md's per-draw table is what ``python -m gradflow.sims.beyond.kq_classify`` writes
+    from figures/kq-classify.json. Control: a number edited in the page is caught, and rewriting
+    puts the JSON's number back."""
+    import pathlib
+    import shutil
+
+    from gradflow.sims.beyond import kq_classify
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert kq_classify.write_docs(str(root), check=True)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "figures").mkdir()
+    shutil.copy(root / "figures" / "kq-classify.json", tmp_path / "figures")
+    page = tmp_path / "docs" / "kq-nuclear.md"
+    text = (root / "docs" / "kq-nuclear.md").read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| 19 |"))
+    page.write_text(text.replace(row, row.replace("| 19 |", "| 91 |")))
+    assert not kq_classify.write_docs(str(tmp_path), check=True)
+    assert not kq_classify.write_docs(str(tmp_path))
+    assert page.read_text() == text

@@ -198,3 +198,69 @@ FIGURE = Figure(
     plot=plot,
     summary=summary,
 )
+
+
+# --------------------------------------------------------------------------------------------
+# the table on docs/kq-nuclear.md, generated from figures/kq-classify.json
+# --------------------------------------------------------------------------------------------
+
+DOCS_PAGE = "docs/kq-nuclear.md"
+TABLE_OPEN, TABLE_CLOSE = "<!-- generated:kq-classify -->", "<!-- /generated:kq-classify -->"
+
+
+def _g(x: float, digits: int = 2) -> str:
+    if not isinstance(x, (int, float)) or not math.isfinite(x):
+        return "—"
+    return f"{x:.{digits}g}" if abs(x) >= 1e-3 else f"{x:.1e}"
+
+
+def _sv(x: float) -> str:
+    """A singular value of ``W_*`` over ``σ_1``: 0 below the rank tolerance of ``att_svm_nuclear`` (1e-6)."""
+    return "0" if x < 1e-6 else _g(x)
+
+
+def docs_table(summary: dict) -> str:
+    """The per-draw table of :func:`summary` as Markdown (one row per draw, the class first)."""
+    head = ("| draw | class | \\(1-\\cos\\) to \\(W_*\\) at \\(10^{30}\\) / \\(10^{150}\\) / \\(10^{300}\\) | \\(k\\) | "
+            "to \\(W_F\\) at \\(10^{300}\\) | KKT residual \\(10^{150}\\) / \\(10^{300}\\) | "
+            "\\(\\sigma_2/\\sigma_1\\), \\(\\sigma_3/\\sigma_1\\) of \\(KQ^\\top\\) (of \\(W_*\\)) | "
+            "\\(\\sigma_3\\) slope in \\(\\log\\log t\\) | KKT point near the end | path at \\(R = 300\\lVert W_*\\rVert_*\\) | steps |")
+    rows = [head, "|" + "---|" * 11]
+    for r in summary["draws"]:
+        sv, svn = r["singular_values_t1"], r["singular_values_nuc"]
+        near = ("\\(W_*\\)" if r["polish_is_nuclear"] else
+                f"other: excess {_g(r['polish_excess'])}, \\(\\lVert G\\rVert_{{op}}\\) {r['polish_G_op']:.3f}, "
+                f"{_g(r['polish_one_minus_cos_nuc'])} from \\(W_*\\), flow {_g(r['one_minus_cos_polish_t1'])} from it")
+        rows.append(
+            f"| {r['offset']} | {r['class']}{'' if r['selection_is_optimal'] else ' (selection differs)'} | "
+            f"{_g(r['one_minus_cos_nuc_1e30'])} / {_g(r['one_minus_cos_nuc_half'])} / {_g(r['one_minus_cos_nuc_t1'])} | "
+            f"{r['rate_k']:.2f} | {_g(r['one_minus_cos_fro_t1'])} | {_g(r['kkt_r_half'])} / {_g(r['kkt_r_t1'])} | "
+            f"{_g(sv[1])}, {_g(sv[2])} ({_sv(svn[1])}, {_sv(svn[2])}) | {r['sigma3_slope_loglog_t']:+.2f} | {near} | "
+            f"{_g(r['regpath_one_minus_cos_nuc_Rmax'])} | {r['steps']} |")
+    return "\n".join(rows) + "\n"
+
+
+def write_docs(root: str = ".", check: bool = False) -> bool:
+    """Rewrite the block between :data:`TABLE_OPEN` and :data:`TABLE_CLOSE` on :data:`DOCS_PAGE` from
+    ``figures/kq-classify.json``; with ``check`` write nothing. Returns whether the page was current."""
+    import os
+
+    with open(os.path.join(root, "figures", "kq-classify.json")) as f:
+        summary = json.load(f)["summary"]
+    path = os.path.join(root, DOCS_PAGE)
+    with open(path) as f:
+        text = f.read()
+    head, rest = text.split(TABLE_OPEN, 1)
+    _, tail = rest.split(TABLE_CLOSE, 1)
+    new = f"{head}{TABLE_OPEN}\n{docs_table(summary)}{TABLE_CLOSE}{tail}"
+    if new != text and not check:
+        with open(path, "w") as f:
+            f.write(new)
+    return new == text
+
+
+if __name__ == "__main__":  # python -m gradflow.sims.beyond.kq_classify [--check]
+    import sys
+
+    current = write_docs(check="--check" in sys.argv)
+    sys.exit(0 if current or "--check" not in sys.argv else 1)
