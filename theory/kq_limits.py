@@ -380,8 +380,8 @@ def kkt_polish(K, Q, A, rank: int) -> tuple[np.ndarray, KKTResidual, bool]:
     rank-``rank`` truncation of ``KQᵀ`` scaled to margin 1. With ``rank`` the flow's numerical
     rank this finds the KKT point the flow sits near *within its rank*: where a smaller singular
     value is still growing (an escape from a saddle), a full-rank solve would jump to the global
-    minimiser instead (for ``m = d`` every rank-deficient local minimiser of the factorised problem
-    is global, the Burer–Monteiro argument; non-global KKT points of lower rank are saddles).
+    minimiser instead (a local minimiser whose factor ``[K; Q]`` has rank below ``m`` is global, the
+    Burer–Monteiro argument; for ``m = d`` balanced non-global KKT points of lower rank are saddles).
 
     **Arguments:** ``K``, ``Q`` ``float[d, m]``; ``A`` ``float[J, d, d]``; ``rank`` int in ``[1, d]``.
     **Returns:** ``(W_P, residual, ok)``: ``W_P`` ``float[d, d]`` the polished point at margin 1,
