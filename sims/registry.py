@@ -31,6 +31,7 @@ FIGURES: dict[str, str] = {
     "sinks-rowwise": "beyond.sinks_rowwise",
     "max-margin": "beyond.max_margin",
     "flow-sinks": "beyond.flow_sinks",
+    "kq-classify": "beyond.kq_classify",
     # the paper's figures, continued
     "fig3": "paper.fig3",
     "fig12": "paper.fig12",

@@ -116,4 +116,4 @@ def test_committed_gallery_is_current_and_replots_to_its_summaries(monkeypatch, 
         checked += 1
         if fid == "fig2":  # control: the same data under another config is not taken as current
             assert _load_cached(fig, {**cfg, "seed": cfg["seed"] + 1}, folder) is None
-    assert checked == len(registry.figure_ids()) == 23
+    assert checked == len(registry.figure_ids()) == 24

@@ -59,6 +59,7 @@ __all__ = [
     "kqv_factored_loss",
     "kq_factors_init",
     "log_excess_loss",
+    "log_excess_from_logits",
     "SVMSolution",
     "att_svm",
     "att_svm_kq",
@@ -330,7 +331,12 @@ def log_excess_loss(p: Float[ArrayLike, " d"], data: TokenData) -> Float[Array, 
     regularisation path (``argmin_{‖p‖≤R} L`` = ``argmin`` of this). Requires ``opt`` to be the
     top-score tokens (see :func:`optimal_tokens`).
     """
-    z = data.X @ p  # (n, T)
+    return log_excess_from_logits(data.X @ p, data)
+
+
+def log_excess_from_logits(z: Float[ArrayLike, "n T"], data: TokenData) -> Float[Array, ""]:
+    """:func:`log_excess_loss` from the attention logits ``z_it`` (``(n, T)``; ``x_itᵀ p`` for
+    p-attention, ``x_itᵀ K Qᵀ z_i`` for factorised key–query attention)."""
     logs = z - jax.scipy.special.logsumexp(z, axis=1, keepdims=True)  # log s_it, exact to rounding
     g = scores(data)
     g_opt = jnp.take_along_axis(g, data.opt[:, None], axis=1)
