@@ -41,6 +41,7 @@ from .attention.models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax
 from .attention._simulate import simulate, simulate_batch  # noqa: E402
 from .attention.trajectory import Trajectory, winners  # noqa: E402
 
+from ._lazy import lazy_names as _lazy_names  # noqa: E402
 from ._version import __version__  # noqa: E402
 
 _LAZY = {"descend": ".attention._descend", "descend_params": "._descend"}
@@ -48,18 +49,7 @@ _LAZY = {"descend": ".attention._descend", "descend_params": "._descend"}
 ~0.15 s that a process only simulating does not pay (``tests/test_imports.py``)."""
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
 __all__ = [
     "AbstractLoss",

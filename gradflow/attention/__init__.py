@@ -25,24 +25,13 @@ from .maps import MAPS, apply_map
 from .models import MODELS, AbstractModel, RowWise, Tied, ValueSoftmax, get_model
 from ._simulate import simulate, simulate_batch, value_softmax_flow
 from .trajectory import Trajectory, winners
+from .._lazy import lazy_names as _lazy_names
 
 _LAZY = {"descend": "._descend"}
 """Public names imported on first use (PEP 562): ``descend`` needs optax."""
 
 
-def __getattr__(name):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
-
+__getattr__, __dir__ = _lazy_names(__name__, globals(), _LAZY)
 
 __all__ = ["AbstractLoss", "AbstractModel", "LogisticTeacher", "MAPS", "MODELS", "RowWise", "SoftTargetCrossEntropy",
            "SquareLoss", "Tied", "Trajectory", "ValueSoftmax", "apply_map", "descend", "flow_field", "get_model",
