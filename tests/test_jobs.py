@@ -86,7 +86,7 @@ def test_workers_stop_with_their_parent(tmp_path, how):
     pid_file = tmp_path / "pid"
     # Python's own Ctrl-C handler in the parent: a test runner's worker may pass on SIGINT ignored
     code = (f"import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            f"sys.path.insert(0, {ROOT!r}); from gradflow import _jobs; "
+            f"sys.path.insert(0, {ROOT!r}); from gradflow.app import _jobs; "
             f"from tests.test_jobs import _pid_then_sleep; list(_jobs.run_pieces([(_pid_then_sleep, ({str(pid_file)!r},))], 1, False))")
     parent = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from gradflow import GradflowValueError, _provenance, cli
+from gradflow import GradflowValueError, _provenance
+from gradflow.app import cli
 from gradflow.sims.sec4 import _figures, grids
 
 train = importlib.import_module("gradflow.sims.sec4.train")  # the package's name `train` is the function
