@@ -698,11 +698,8 @@ def main(argv=None) -> int:
                                  default_options=args.default_options, **kw), default=str))
         return 0
     res = run(quick=args.quick, only=args.only)
-    cmd = "python -m benchmarks.first_call" + (" --quick" if args.quick else "") + "".join(
-        f" --only {n}" for n in args.only or ())
-    print(write(res, args.out, cmd))
-    print(f"first_call: wrote {args.out}", file=sys.stderr)
-    return 0
+    cmd = _report.command("benchmarks.first_call", args.quick, only=args.only)
+    return _report.published(write(res, args.out, cmd), args.out, "first_call")
 
 
 if __name__ == "__main__":
