@@ -33,7 +33,7 @@ import numpy as np
 
 import gradflow
 from benchmarks._timing import timed
-from gradflow.internal import default_record, engine_batch as _batch, engine_stiff as _stiff
+from gradflow.internal import default_record, engine_knob, engine_knobs
 from gradflow.io import atomic_write
 from benchmarks.problems import BARE, TS_1E12, batch, draws, fig2_draws, flow, tolerance_case
 
@@ -218,13 +218,13 @@ def bench_slow_lane(q, R):
     kappas = [2.0] * 7 + [50.0]
     V0s, a0s, losses = square_lanes(kappas)
     ts = np.concatenate([[0.0], np.geomspace(1e-2, 1e5, 30)])
-    for label, rounds in (("one round of max_steps (every lane runs to the slowest)", 16384), ("rounds of 512 steps (default)", 512)):
-        _batch.ROUND_STEPS = rounds
-        batch(losses, V0s, a0s, t1=1e5, ts=ts)
-        t, traj = timed(lambda: batch(losses, V0s, a0s, t1=1e5, ts=ts), R(3))
+    for label, rounds in (("one round of max_steps (every lane runs to the slowest)", 16384),
+                          (f"rounds of {engine_knob('round_steps')} steps (default)", engine_knob("round_steps"))):
+        with engine_knobs(round_steps=rounds):
+            batch(losses, V0s, a0s, t1=1e5, ts=ts)
+            t, traj = timed(lambda: batch(losses, V0s, a0s, t1=1e5, ts=ts), R(3))
         rows.append(dict(case=f"square, 7 lanes κ=2 + 1 lane κ=50: {label}", time_s=t,
                          steps=np.asarray(traj.num_steps).tolist(), status=traj.status))
-    _batch.ROUND_STEPS = 512
     for label, sl in (("κ=2 lanes alone", slice(0, 7)), ("κ=50 lane alone", slice(7, 8))):
         batch(losses[sl], V0s[sl], a0s[sl], t1=1e5, ts=ts)
         t, traj = timed(lambda: batch(losses[sl], V0s[sl], a0s[sl], t1=1e5, ts=ts), R(3))
@@ -404,7 +404,7 @@ def report(res, cmd, quick, elapsed) -> str:
         L += ["", "## A batch must not wait on its slowest lane", "",
               "Square loss with a design (d = 6, the conditioning draws of paper Fig. 3), t1 = 1e5, auto solver (Dopri8 in rounds of "
               f"{gradflow.AutoPolicy().explicit_round} steps with stiffness detection, then Rodas4). Under `vmap` a solve runs every lane until the slowest is done; "
-              f"gradflow solves in rounds of {_batch.ROUND_STEPS} steps and continues only the unfinished lanes.", "",
+              f"gradflow solves in rounds of {engine_knob('round_steps')} steps and continues only the unfinished lanes.", "",
               "| case | time (s) | steps per lane | status |", "|---|---|---|---|"]
         for r in slow:
             L.append(f"| {r['case']} | {r['time_s']:.3f} | {r['steps']} | {', '.join(sorted(set(r['status'])))} |")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import platform
 import subprocess
 
@@ -47,6 +48,22 @@ def write_report(out: str, title: str, body: str, res: dict, default=str) -> str
     atomic_write(out, lambda f: f.write(text.encode()))
     atomic_write(os.path.splitext(out)[0] + ".json", lambda f: f.write(json.dumps(res, indent=1, default=default).encode()))
     return text
+
+
+def command(prog: str, quick: bool = False, **repeated) -> str:
+    """The command line a report records: ``python -m PROG`` with ``--quick`` if asked and one
+    ``--NAME VALUE`` per value of each ``repeated`` option (a list, or ``None``: not given)."""
+    cmd = f"python -m {prog}" + (" --quick" if quick else "")
+    for name, values in repeated.items():
+        cmd += "".join(f" --{name.replace('_', '-')} {v}" for v in values or ())
+    return cmd
+
+
+def published(text: str, out: str, who: str) -> int:
+    """Print the report ``text`` and say on stderr that ``who`` wrote it to ``out``; exit status 0."""
+    print(text)
+    print(f"{who}: wrote {out}", file=sys.stderr)
+    return 0
 
 
 def put_section(md: str, text: str, begin: str, end: str, anchor: int) -> str:

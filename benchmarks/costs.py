@@ -28,7 +28,6 @@ baseline measured in the same run (the machine is shared: absolute times are noi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -44,25 +43,13 @@ ROOT = os.path.dirname(HERE)
 
 
 
-@contextlib.contextmanager
 def diffrax_stage_loop():
     """Batched solves with diffrax's own ``Dopri8`` (the engine before the stages were unrolled)."""
-    import diffrax
-    import jax
+    from gradflow.internal import engine_knobs
 
-    from gradflow.internal import engine_solvers as solvers
-
-    old = solvers.UnrolledDopri8  # what make_solver builds for a vmapped solve
-    solvers.UnrolledDopri8 = diffrax.Dopri8
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        solvers.UnrolledDopri8 = old
-        jax.clear_caches()
+    return engine_knobs(unrolled_dopri8=False)
 
 
-# ----------------------------------------------------------------------------- batch throughput
 def field_floor(V0s, teachers, evals: int, lanes: int):
     """``f() -> None``: the vmapped log-time field of Fig. 2's problem evaluated ``evals``
     times in a ``fori_loop`` over chunks of ``lanes`` lanes (as the engine's chunks), and the flops
@@ -99,7 +86,7 @@ def field_floor(V0s, teachers, evals: int, lanes: int):
 
 def bench_batch(q, R) -> dict:
     import gradflow
-    from gradflow.internal import engine_batch, usable_cores
+    from gradflow.internal import engine_knob, usable_cores
 
     from .problems import TS_1E12, draws
     from .baselines import scipy_flow
@@ -129,7 +116,7 @@ def bench_batch(q, R) -> dict:
     timed = interleaved_medians({"gradflow simulate_batch": solve, "SciPy loop": scipy_loop}, R(5))
     traj = timed["gradflow simulate_batch"][1]
     steps = np.asarray(traj.num_steps)
-    lanes = min(engine_batch.LANES_PER_SOLVE, B)
+    lanes = min(engine_knob("lanes_per_solve"), B)
     chunk_max = [int(steps[i:i + lanes].max()) for i in range(0, B, lanes)]
     computed_lane_steps = sum(m * min(lanes, B - i * lanes) for i, m in enumerate(chunk_max))
     floor_fn, flops = field_floor(V0s, teachers, 13 * max(chunk_max), lanes)
@@ -202,14 +189,13 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
     (``_fused_round``) replaced by the result it gave in a first, recorded call, in the same order
     (best of ``repeats``; the rounds' own dispatch, ~15–25 µs each, is not included)."""
     import gradflow
-    from gradflow.internal import engine_batch
+    from gradflow.internal import observe_rounds
 
-    first = engine_batch._fused_round
     recorded, at = [], [None]
 
-    def replay(*args):
+    def replay(kind, rnd, run):
         if at[0] is None:  # the recording call
-            recorded.append(first(*args))
+            recorded.append(run())
             return recorded[-1]
         at[0] += 1
         return recorded[at[0] - 1]
@@ -217,8 +203,7 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
     def sim():
         return np.asarray(gradflow.simulate(loss, V0, a0, t1=1e12, ts=ts, rtol=rtol, atol=atol).a)
 
-    engine_batch._fused_round = replay
-    try:
+    with observe_rounds(replay):
         sim()
         times = []
         for _ in range(repeats):
@@ -227,8 +212,6 @@ def host_overhead_us(loss, V0, a0, ts, rtol, atol, repeats) -> float:
             sim()
             times.append(time.perf_counter() - start)
             assert at[0] == len(recorded), "a replayed call took another path than the recorded one"
-    finally:
-        engine_batch._fused_round = first
     return float(np.min(times)) * 1e6
 
 

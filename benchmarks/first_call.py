@@ -25,13 +25,13 @@ hit). In that child, in this order (:func:`measure`):
 6. with ``--ablate`` (the main row of a full run): the round's solve (``_solve_jit``, the first
    round's solver, one lane) traced, lowered and compiled again from empty caches, with the rest
    event and without any event (``rest_stop=False``), the stiffness detector (``_stiffness_jit``) on
-   its own, the same solve by ``diffrax.diffeqsolve`` (``engine_loop.by_diffeqsolve`` in place of
+   its own, the same solve by ``diffrax.diffeqsolve`` (the ``loop_by_diffeqsolve`` knob in place of
    the engine's own loop), and one bare Dopri8 step with its PID controller (``_bare_step``): what
    the rest event adds to a compile, what the detector costs when a run goes on, what the engine's
    own loop saves against diffeqsolve, and how much of a round's compile is the step itself rather
    than the loop around it;
 7. also for the main row of a full run, a second fresh process with XLA's default compiler options
-   (``--default-options``: :data:`gradflow._engine._fastjit.FAST_COMPILE` set to ``()`` before the
+   (``--default-options``: the ``fast_compile`` knob set to ``()`` before the
    first call): gradflow's first and warm calls only, the baseline of the options the engine gives
    a single run.
 
@@ -226,36 +226,20 @@ def tagged_rounds(rec: Recorder, rounds: list):
     single run, the explicit rounds of a small batch) and of ``_solve_jit`` from the host (a round
     of a bucket of a batch's lanes)
     sets ``rec.tag`` to its solver's name (one program per solver: the round's length is a runtime
-    value) and appends the round to ``rounds``. Thin wrappers around the engine's functions,
-    removed on exit (the engine itself is not changed)."""
-    import jax
+    value) and appends the round to ``rounds`` (:func:`gradflow.internal.observe_rounds`)."""
+    from gradflow.internal import observe_rounds, solver_entry
 
-    from gradflow.internal import engine_batch as _batch, engine_stiff
-
-    orig_fused, orig_solve = _batch._fused_round, _batch._solve_jit
-
-    def tagged(fn, what, rnd):
-        name = engine_stiff.spec(rnd.solver).name
-        rounds.append(f"{name}, {int(rnd.steps)} steps{what}")
+    def tagged(kind, rnd, run):
+        name = solver_entry(rnd.solver).name
+        rounds.append(f"{name}, {int(rnd.steps)} steps{' (fused)' if kind == 'fused' else ''}")
         prev, rec.tag = rec.tag, name
         try:
-            return fn()
+            return run()
         finally:
             rec.tag = prev
 
-    def fused(flow, fargs, params0, state, settings, rnd, *lanes):
-        return tagged(lambda: orig_fused(flow, fargs, params0, state, settings, rnd, *lanes), " (fused)", rnd)
-
-    def solve(flow, fargs, y0, tau0, settings, rnd):
-        if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves((y0, tau0))):  # traced in _fused_round
-            return orig_solve(flow, fargs, y0, tau0, settings, rnd)
-        return tagged(lambda: orig_solve(flow, fargs, y0, tau0, settings, rnd), "", rnd)
-
-    _batch._fused_round, _batch._solve_jit = fused, solve
-    try:
+    with observe_rounds(tagged):
         yield
-    finally:
-        _batch._fused_round, _batch._solve_jit = orig_fused, orig_solve
 
 
 # ----------------------------------------------------------------------------- one row, in a child
@@ -317,38 +301,39 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from gradflow.internal import engine_batch as _batch, engine_loop, engine_solve, engine_stiff
+    from gradflow.internal import (Flow, Round, Settings, engine_knob, engine_knobs, phase_of_lanes, solve_round,
+                                   solver_entry, stiffness_round)
 
     meta = dict(sol.meta)
     rtol, atol = tolerances(sol)
     args = kwargs.get("args")
     ts = np.asarray(sol.t)  # integrate's save times (the default grid); the last is t1
-    settings = _batch.Settings(taus=np.log1p(ts), t1=np.asarray(meta["t1"]), rtol=np.asarray(rtol),
+    settings = Settings(taus=np.log1p(ts), t1=np.asarray(meta["t1"]), rtol=np.asarray(rtol),
                                atol=np.asarray(atol), solver=meta["solver"], max_steps=int(meta["max_steps"]),
                                keep=len(ts))
     lanes = jax.tree.map(lambda x: np.asarray(x, np.float64)[None], params0)
     y0, tau0 = (lanes, {}), jnp.zeros((1,))
-    codes, left, _ = engine_stiff.phase_of_lanes(settings.solver, np.zeros(1, np.int64), settings.max_steps)
-    rnd = _batch.Round.of(codes[0], min(_batch.ROUND_STEPS, left[0]), _batch.ROUND_STEPS)  # the first round's
+    codes, left, _ = phase_of_lanes(settings.solver, np.zeros(1, np.int64), settings.max_steps)
+    cap = engine_knob("round_steps")
+    rnd = Round.of(codes[0], min(cap, left[0]), cap)  # the first round's
     rec, out = recorder(), []
     for label, rest_stop in ((SOLVE, True),
                              ("the solve without the rest event (no event)", False),
                              ("the stiffness detector after a round (a program of its own)", None),
                              (BY_DIFFEQSOLVE, True)):
         jax.clear_caches()
-        flow = engine_solve.Flow(field=NegGrad(loss, args is not None), rest_stop=bool(rest_stop))
-        loop_of = engine_loop.by_diffeqsolve if label == BY_DIFFEQSOLVE else engine_loop.solve
-        with rec.recording(), _swapped(engine_loop, "solve", loop_of):
+        flow = Flow(field=NegGrad(loss, args is not None), rest_stop=bool(rest_stop))
+        with engine_knobs(loop_by_diffeqsolve=label == BY_DIFFEQSOLVE), rec.recording():
             start = time.perf_counter()
             if rest_stop is None:
                 ends = (y0, tau0 + 1.0, tau0, jnp.ones((1,), int))
-                res = _batch._stiffness_jit(flow, args, ends, False)
+                res = stiffness_round(flow, args, ends, False, settings.policy.power_iterations)
             else:
-                res = _batch._solve_jit(flow, args, y0, tau0, settings.replace(lane=None), rnd)
+                res = solve_round(flow, args, y0, tau0, settings.replace(lane=None), rnd)
             jax.block_until_ready(res)
             wall = time.perf_counter() - start
         tot = rec.totals()
-        out.append(dict(variant=label, solver=engine_stiff.spec(rnd.solver).name, steps=int(rnd.steps), wall_s=wall,
+        out.append(dict(variant=label, solver=solver_entry(rnd.solver).name, steps=int(rnd.steps), wall_s=wall,
                         **{f"{k}_s": v for k, v in tot.items()}))
     out.append(_bare_step(loss, args, y0, rtol, atol, rec))
     return out
@@ -357,17 +342,6 @@ def _ablation(loss, params0, kwargs, sol) -> list[dict]:
 BARE_STEP = "one Dopri8 step and its PID controller alone (no loop, no event, no saving)"
 SOLVE = "the solve as auto runs it (rest event)"
 BY_DIFFEQSOLVE = "the same solve by `diffrax.diffeqsolve` (the engine's loop before 2026-12-05)"
-
-
-@contextlib.contextmanager
-def _swapped(module, name, value):
-    """``module.name`` set to ``value`` inside the context (the ablation's ``diffeqsolve`` baseline)."""
-    old = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, old)
 
 
 def _bare_step(loss, args, y0, rtol, atol, rec) -> dict:
@@ -380,12 +354,12 @@ def _bare_step(loss, args, y0, rtol, atol, rec) -> dict:
     import diffrax
     import jax
 
-    from gradflow.internal import engine_fastjit, engine_solve
+    from gradflow.internal import Flow, FlowArgs, engine_knob, log_time_rhs
 
     jax.clear_caches()
-    flow = engine_solve.Flow(field=NegGrad(loss, args is not None))
-    term = diffrax.ODETerm(engine_solve._log_time_rhs)
-    fargs = engine_solve.FlowArgs(flow, args)
+    flow = Flow(field=NegGrad(loss, args is not None))
+    term = diffrax.ODETerm(log_time_rhs)
+    fargs = FlowArgs(flow, args)
     solver, ctrl = diffrax.Dopri8(), diffrax.PIDController(rtol=float(rtol), atol=float(atol))
     y = jax.tree.map(lambda x: x[0], y0)
     state = solver.init(term, 0.0, 0.1, y, fargs)
@@ -396,7 +370,7 @@ def _bare_step(loss, args, y0, rtol, atol, rec) -> dict:
         keep, t0n, t1n, _, cstate, _ = ctrl.adapt_step_size(t0, t1, y, y1, fargs, err, solver.order(term), cstate)
         return keep, t0n, t1n, y1, state, cstate
 
-    jitted = jax.jit(step, compiler_options=dict(engine_fastjit.FAST_COMPILE) or None)
+    jitted = jax.jit(step, compiler_options=dict(engine_knob("fast_compile")) or None)
     with rec.recording():
         start = time.perf_counter()
         jax.block_until_ready(jitted(0.0, 0.1, y, state, cstate))
@@ -410,18 +384,13 @@ def measure(name: str, warm_repeats: int = 3, ablate: bool = False, scipy_method
     """One row, timed in this process (:mod:`benchmarks.first_call`'s docstring says what, in which
     order). Meant for a fresh process (``--child``); in-process (tests) the "first" call is only
     first for this problem's functions. ``default_options``: every engine program compiled with
-    XLA's default options (the baseline of :data:`gradflow._engine._fastjit.FAST_COMPILE`)."""
+    XLA's default options (the baseline of the engine's ``fast_compile`` options)."""
     start = time.perf_counter()
     import gradflow  # noqa: F401 - timed: the import is part of the row (import_s)
-    from gradflow.internal import engine_fastjit as _fastjit
+    from gradflow.internal import engine_knob, engine_knobs
 
-    options = _fastjit.FAST_COMPILE
-    if default_options:
-        _fastjit.FAST_COMPILE = ()
-    try:
+    with engine_knobs(fast_compile=() if default_options else engine_knob("fast_compile")):
         return _measure(name, warm_repeats, ablate, scipy_methods, reference, default_options, start)
-    finally:
-        _fastjit.FAST_COMPILE = options
 
 
 def _measure(name, warm_repeats, ablate, scipy_methods, reference, default_options, start) -> dict:
@@ -729,11 +698,8 @@ def main(argv=None) -> int:
                                  default_options=args.default_options, **kw), default=str))
         return 0
     res = run(quick=args.quick, only=args.only)
-    cmd = "python -m benchmarks.first_call" + (" --quick" if args.quick else "") + "".join(
-        f" --only {n}" for n in args.only or ())
-    print(write(res, args.out, cmd))
-    print(f"first_call: wrote {args.out}", file=sys.stderr)
-    return 0
+    cmd = _report.command("benchmarks.first_call", args.quick, only=args.only)
+    return _report.published(write(res, args.out, cmd), args.out, "first_call")
 
 
 if __name__ == "__main__":

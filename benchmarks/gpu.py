@@ -7,7 +7,7 @@ with :func:`gradflow.simulate_batch` on ``jax.devices()[0]``'s platform, for eac
 included), the warm time (median of ``--repeats``), the time per trajectory and whether every lane
 ended ``ok``; plus the device and versions. The states are drawn on the host in NumPy (seed
 ``i`` as :func:`benchmarks.__main__.draws`, vectorised). ``--lanes`` sets how many lanes one
-vmapped solve takes (``gradflow.internal.engine_batch.LANES_PER_SOLVE``; the CPU default 256 is tuned for
+vmapped solve takes (the engine knob ``lanes_per_solve``, ``gradflow.internal.engine_knobs``; the CPU default 256 is tuned for
 caches, a GPU wants tens of thousands). ``--quick``: 64 seeds, one repeat — a smoke run that
 also works on a CPU (``tests/test_benchmarks.py`` runs it).
 """
@@ -36,10 +36,17 @@ def run(seeds, repeats: int, lanes: int | None) -> dict:
     import jax
 
     import gradflow
-    from gradflow.internal import engine_batch
+    from gradflow.internal import engine_knob, engine_knobs
 
-    if lanes is not None:
-        engine_batch.LANES_PER_SOLVE = lanes
+    with engine_knobs(**({} if lanes is None else {"lanes_per_solve": lanes})):
+        return _run(seeds, repeats, engine_knob("lanes_per_solve"))
+
+
+def _run(seeds, repeats: int, lanes_per_solve: int) -> dict:
+    import jax
+
+    import gradflow
+
     ts = np.geomspace(1e-2, 1e12, 50)
     rows = []
     for B in seeds:
@@ -65,7 +72,7 @@ def run(seeds, repeats: int, lanes: int | None) -> dict:
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     dev = jax.devices()[0]
     return dict(device=str(dev), platform=dev.platform, device_kind=getattr(dev, "device_kind", ""),
-                lanes_per_solve=engine_batch.LANES_PER_SOLVE, repeats=repeats, jax=jax.__version__,
+                lanes_per_solve=lanes_per_solve, repeats=repeats, jax=jax.__version__,
                 python=platform.python_version(), rows=rows)
 
 

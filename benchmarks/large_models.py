@@ -860,18 +860,16 @@ def main(argv=None) -> int:
     if args.child:
         return _child(*args.child, budget=args.budget, quick=args.quick)
     res = run(budget=args.budget, quick=args.quick, only=args.only, methods=args.method)
-    cmd = "python -m benchmarks.large_models" + (" --quick" if args.quick else "") + (
-        f" --budget {args.budget:g}" if args.budget is not None else "") + "".join(
-        f" --only {n}" for n in args.only or ()) + "".join(f" --method {m}" for m in args.method or ())
+    cmd = _report.command("benchmarks.large_models", args.quick,
+                          budget=None if args.budget is None else [f"{args.budget:g}"], only=args.only,
+                          method=args.method)
     if args.accuracy:
         res["accuracy"] = accuracy(quick=args.quick, t1=QUICK_ACCURACY_T if args.quick else ACCURACY_T)
         res["accuracy"]["measured"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         cmd += " --accuracy"
     if args.method:
         res = merge_rows(os.path.splitext(args.out)[0] + ".json", res)
-    print(write(res, args.out, cmd))
-    print(f"large_models: wrote {args.out}", file=sys.stderr)
-    return 0
+    return _report.published(write(res, args.out, cmd), args.out, "large_models")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
   accurate as gradflow's). The error of every run is the largest absolute deviation of ``(V, a)``
   over the save points from a tight reference (Radau, ``rtol 1e-12``, ``atol 1e-14``).
   SciPy runs with one BLAS thread, as gradflow's implicit phase does
-  (``gradflow.internal.engine_stiff.blas_threads``); one LSODA row with the default BLAS threads.
+  (``gradflow.internal.blas_threads``); one LSODA row with the default BLAS threads.
 - **Per-step costs** at ``d = 20`` (:func:`step_costs`): a field evaluation, a Jacobian–vector
   product, ``jacfwd``, an LU factorisation, an inverse, a solve with the LU factors, a product
   with ``W⁻¹``, and whole implicit steps (Rodas4; ROS34PW2 fresh and reused).
@@ -43,7 +43,6 @@ from scipy.integrate import solve_ivp
 import gradflow
 from benchmarks._report import equal_accuracy
 from benchmarks._timing import peak_rss_mib, timed
-from gradflow.internal import engine_stiff as _stiff
 from gradflow.sims.draws import conditioning_init, normalization_init
 from benchmarks import reference as ref
 
@@ -198,7 +197,7 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
     import diffrax
     from jax.flatten_util import ravel_pytree
 
-    from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
+    from gradflow.internal import FlowArgs, KrylovRodas4, Rodas4, Ros34pw2, engine_knobs, log_time_rhs
     from gradflow.attention.models import prepare
     from gradflow.attention import value_softmax_flow
 
@@ -209,11 +208,11 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
     flat0, unravel = ravel_pytree(y0)
     n, tau = flat0.size, float(np.log1p(1e3))
-    args = solve.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10)
-    f = lambda x: ravel_pytree(solve._log_time_rhs(tau, unravel(x), args))[0]
+    args = FlowArgs(flow, (mdl, loss), 1e-8, 1e-10)
+    f = lambda x: ravel_pytree(log_time_rhs(tau, unravel(x), args))[0]
     W = jnp.eye(n) / (0.01 * 0.25) - jax.jacfwd(f)(flat0)
     lu, W_inv = jsl.lu_factor(W), jnp.linalg.inv(W)
-    term = diffrax.ODETerm(solve._log_time_rhs)
+    term = diffrax.ODETerm(log_time_rhs)
 
     def per_call(body, x0, k=repeats):
         g = jax.jit(lambda x: jax.lax.fori_loop(0, k, lambda i, x: body(x), x))
@@ -240,16 +239,12 @@ def step_costs(d=20, kappa=20.0, repeats=50) -> dict:
                    inverse=per_call(lambda M: M + 1e-12 * jnp.linalg.inv(M), W, 10),
                    lu_solve=per_call(lambda x: jsl.lu_solve(lu, x), flat0),
                    inverse_matvec=per_call(lambda x: W_inv @ x, flat0),
-                   rodas4_step=steps(rosenbrock.Rodas4(), 1e-3),
+                   rodas4_step=steps(Rodas4(), 1e-3),
                    ros34pw2_fresh_step=None, ros34pw2_reused_step=None)
-        old = rosenbrock.MAX_AGE
-        try:
-            rosenbrock.MAX_AGE = 0  # every step fresh
-            out["ros34pw2_fresh_step"] = steps(rosenbrock.Ros34pw2(), 1e-3)
-            rosenbrock.MAX_AGE = 10 ** 9  # one matrix for every step of the loop
-            out["ros34pw2_reused_step"] = steps(rosenbrock.Ros34pw2(), 1e-3)
-        finally:
-            rosenbrock.MAX_AGE = old
+        with engine_knobs(held_inverse_max_age=0):  # every step fresh
+            out["ros34pw2_fresh_step"] = steps(Ros34pw2(), 1e-3)
+        with engine_knobs(held_inverse_max_age=10 ** 9):  # one matrix for every step of the loop
+            out["ros34pw2_reused_step"] = steps(Ros34pw2(), 1e-3)
     return out
 
 
@@ -333,14 +328,14 @@ def krylov_counts(loss, W0, a0, t1, rtol, atol) -> dict:
     import diffrax
     import jax.numpy as jnp
 
-    from gradflow.internal import engine_rosenbrock as rosenbrock, engine_solve as solve
+    from gradflow.internal import FlowArgs, KrylovRodas4, log_time_rhs
     from gradflow.attention.models import prepare
     from gradflow.attention import value_softmax_flow
 
     mdl, V, a = prepare(loss, W0, a0, "value-softmax", "softmax", 1.0, batch=False)
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
-    args = solve.FlowArgs(value_softmax_flow(loss), (mdl, loss), rtol, atol)
-    sol = diffrax.diffeqsolve(diffrax.ODETerm(solve._log_time_rhs), rosenbrock.KrylovRodas4(rtol, atol), 0.0,
+    args = FlowArgs(value_softmax_flow(loss), (mdl, loss), rtol, atol)
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(log_time_rhs), KrylovRodas4(rtol, atol), 0.0,
                               float(np.log1p(t1)), None, y0, args=args, max_steps=100_000,
                               stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=0.3, icoeff=0.4),
                               saveat=diffrax.SaveAt(t1=True, solver_state=True))

@@ -23,6 +23,8 @@ import subprocess
 import sys
 import pytest
 
+from tests.test_import_graph import cycles  # one cycle finder (Tarjan) for both tests
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = {"gradflow": "gradflow", "theory": "gradflow.theory", "sims": "gradflow.sims", "app": "gradflow.app"}
 """Repository folder -> installed package name."""
@@ -120,38 +122,6 @@ def _files(folders) -> list[str]:
         for dirpath, _, names in os.walk(os.path.join(ROOT, folder)):
             out += [os.path.relpath(os.path.join(dirpath, n), ROOT).replace(os.sep, "/") for n in names if n.endswith(".py")]
     return sorted(out)
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one node (Tarjan)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
 
 
 KNOWN = {"sims/sec4/train.py: imports private 'gradflow._provenance'":

@@ -3,9 +3,9 @@
 JAX's persistent compilation cache skips XLA's compilation in a new process, but not the
 tracing and lowering of the Python program that precede it: a cold process making Fig. 2's data
 with the cache hit spent 1.4–1.9 s tracing ``_fused_round`` (the solve, then by
-``diffrax.diffeqsolve``, the events, the finish; measured before the engine's own loop) and
-0.3–0.5 s lowering it, against 0.2–0.3 s loading its executable
-(``benchmarks/COSTS.md``). With the compilation cache on
+``diffrax.diffeqsolve``, the events, the finish) and 0.3–0.5 s lowering it, against 0.2–0.3 s
+loading its executable (measured by hand before the engine's own loop; a new process's time with
+the cache hit today: ``benchmarks/RESULTS.md``, "Targets for cold start, per-call cost, batch and scale"). With the compilation cache on
 (:func:`gradflow.enable_compilation_cache`), :func:`compiled` stores a solve in
 ``<cache folder>/gradflow-exported/`` twice: its traced program as a :class:`jax.export.Exported`
 (``<name>-<key hash>``) and the executable compiled from that program

@@ -4,7 +4,8 @@ A single ``simulate`` of a small problem runs for 1–3 ms, and ``equinox.filter
 0.1 ms per call on the host (binding the signature, partitioning the arguments into arrays and
 static values twice, its error-handling wrapper) where a plain :func:`jax.jit` call with the same
 arrays spends about 15 µs (best of 2000 calls with ``_fused_round``'s arguments, on the 2-core
-development machine; ``benchmarks/costs.py`` reports ``simulate``'s host work). This wrapper partitions
+development machine; ``benchmarks/COSTS.md``, "Per-call overhead", reports ``simulate``'s host
+work). This wrapper partitions
 the arguments once (array leaves are traced; every other leaf is static, hashed together with the
 tree structure, as in equinox) and calls one :func:`jax.jit` whose compiled executables JAX keys
 by that static part and the arrays' shapes and dtypes: JAX's own C++ dispatch on a cache hit,
@@ -50,12 +51,13 @@ can differ in their last bits, which the step-size control carries into differen
 solve's tolerances (``tests/test_fastjit.py``). The choice is fixed by the lanes and the state
 size, so a call gives the same bits every time.
 
-Measured in the same run (``benchmarks/FIRST_CALL.md``, 2026-12-05 14:31 UTC, 2 cores, fresh
-processes): the deep linear net's first call 2.18 s against 2.74 s with XLA's defaults, its XLA
-compile 1.49 s against 2.05 s (27 % less; 38 % in the run before), its warm call 0.186 s against
-0.178 s.
-During development (one process each way, not in ``benchmarks/``): batches of 128 and 1024 lanes ran 10–70 % slower warm with these options (1024
-seeds: 0.17 s with XLA's defaults, 0.20–0.29 s with them), hence the lane limit. Other backends
+The gain is measured in ``benchmarks/FIRST_CALL.md`` ("Where gradflow's first call goes", the
+paragraph on XLA's default compiler options): the deep linear net's first call with these options
+and with XLA's defaults, in fresh processes of one run, its XLA compile about a quarter shorter
+with them and its warm call the same within noise.
+During development (one process each way, not in ``benchmarks/``): batches of 128 and 1024 lanes
+ran 10–70 % slower warm with these options (1024 seeds: 0.17 s with XLA's defaults, 0.20–0.29 s
+with them), hence the lane limit. Other backends
 ignore these CPU options. Read at each call: set to ``()`` before a program's first call, it
 compiles with XLA's defaults (``benchmarks/first_call.py --default-options``)."""
 

@@ -5,7 +5,7 @@ semi-public equinox/diffrax API stay where they are used: in :mod:`gradflow._eng
 coefficients, ``diffrax.Dopri8.interpolation_cls.eval_coeffs``; ``tests/test_erk.py`` checks the
 unrolled solver against ``diffrax.Dopri8`` step by step, so a change there fails the tests.)
 
-(Until 2026-12-05 a swap of equinox's runtime check, ``cacheable``, was also here: the solves then
+(Earlier, a swap of equinox's runtime check, ``cacheable``, was also here: the solves then
 ran through ``diffrax.diffeqsolve``, whose ``eqx.error_if`` checks of the save times are host
 callbacks, which keep JAX from writing a program to its persistent cache. The engine's own loop
 (:mod:`gradflow._engine.loop`) has no such check, so its programs are cached as they are, and a

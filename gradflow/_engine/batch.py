@@ -48,17 +48,19 @@ leave the CPU caches and the cost per lane grows (measured: ×5 per seed from 25
 
 UNROLL_LANES = 64
 """Vmapped solves of at least this many lanes use Dopri8 with its stages unrolled
-(:class:`gradflow._engine.erk.UnrolledDopri8`): about 1.8× faster per step at 1024 lanes, but
-a first compile about 1.4× longer (the field is traced 13 times); smaller batches, whose
-solve is short next to their compile, keep diffrax's stage loop."""
+(:class:`gradflow._engine.erk.UnrolledDopri8`): faster per step at 1024 lanes, but slower to
+compile a first time (the field is traced 13 times), as ``benchmarks/COSTS.md``, "Batch
+throughput", measures against diffrax's stage loop in one run; smaller batches, whose solve is
+short next to their compile, keep diffrax's stage loop."""
 
 
 UNROLL_STATE = 2**18
 """Solves whose state has at least this many floats per lane (n = d ≳ 512) also use the
 unrolled stages, a single lane included: diffrax's stage loop reads its whole stage buffer
 (14 × the state) at each of the 13 stages, a memory-bound cost once the buffer leaves the caches.
-Measured (one trajectory to 1e12, same process): n = d = 1024, 14 s vs 40 s warm with a first
-compile of 73 s vs 66 s (loaded machine); n = d = 256, no gain (1.2 s vs 0.9 s)."""
+Measured by hand (one trajectory to 1e12, same process, before ``simulate`` integrated that
+problem's rank-one reduction): n = d = 1024, 14 s vs 40 s warm with a first compile of 73 s vs
+66 s (loaded machine); n = d = 256, no gain (1.2 s vs 0.9 s)."""
 
 
 class Finished(eqx.Module):

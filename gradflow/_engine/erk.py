@@ -115,9 +115,9 @@ def _weighted(y0, coeffs, ks):
 class UnrolledDopri8(diffrax.Dopri8):
     """:class:`diffrax.Dopri8` with the stage loop unrolled (see the module docstring).
 
-    Measured (``benchmarks/costs.py``, 1024 lanes of Fig. 2's problem): about 1.8× faster per
-    batched solve than ``diffrax.Dopri8``; a first compile about 1.4× longer (13 traced field
-    evaluations instead of one). A variant with its own ``fori_loop`` over stages and a fused
+    ``benchmarks/COSTS.md``, "Batch throughput" (1024 lanes of Fig. 2's problem), times it
+    against ``diffrax.Dopri8``'s stage loop in one run: faster per batched solve, a longer first
+    compile (13 traced field evaluations instead of one). A variant with its own ``fori_loop`` over stages and a fused
     multiply-reduce per stage (one traced field) was no faster than diffrax's loop."""
 
     interpolation_cls: ClassVar = _UnrolledDopri8Interpolation

@@ -50,7 +50,7 @@ class AutoPolicy:
     - ``implicit`` (``"rodas4-eigh"``): the implicit solver for gradient flows of at least
       ``eigen_min_state`` and fewer than ``krylov_min_state`` parameters (measured against
       ROS34PW2 and Rodas4 with LU on the conditioning draws at ``d = 20``:
-      ``benchmarks/STIFF_d20.md``).
+      ``benchmarks/RESULTS.md``, "Stiff flows"; the choice's notes in ``benchmarks/STIFF_d20.md``).
     - ``krylov`` (``"rodas4-krylov"``): the implicit solver for gradient flows of at least
       ``krylov_min_state`` (``2000``) parameters: no ``n × n`` matrix (``benchmarks/SCALE.md``;
       the threshold keeps the paper's ``d = 20`` conditioning draws, 421 states, on the dense path

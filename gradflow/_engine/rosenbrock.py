@@ -453,7 +453,8 @@ tolerance leave the accepted steps and the error estimate as with exact solves (
 Rosenbrock / Rosenbrock–Krylov methods: Tranquilli & Sandu, SIAM J. Sci. Comput. 36 (2014)
 A1313). ``tests/test_stiff.py`` checks order 4 and agreement with the dense path. Measured on the
 square family at ``d = 32`` (κ = 5, rtol 1e-8): 1e-2, 1e-3 and 1e-4 gave the same 102 steps and
-the same results to every digit printed (``benchmarks/SCALE.md``'s setting)."""
+the same results to every digit printed (``benchmarks/SCALE.md``'s setting; a development
+measurement, ``benchmarks/NOTES.md``)."""
 
 KRYLOV_FLOOR = 1e-12
 """:func:`krylov_solve`: no component of the residual is asked to be below this fraction of the

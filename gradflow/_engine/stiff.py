@@ -64,7 +64,8 @@ def blas_threads(solver_name: str, threads: int = DEFAULT_POLICY.blas_threads):
     (OpenBLAS). Its worker threads help little on the matrices of an implicit step (hundreds of
     states) and cost a great deal once the cores are shared: measured on the paper's
     conditioning draw at ``d = 20`` (421 states) on 2 cores at load ~5, one LU of ``W`` took 90 ms
-    with OpenBLAS's default 2 threads and 5 ms with one; the κ = 2 run went from 0.32 s to 0.04 s.
+    with OpenBLAS's default 2 threads and 5 ms with one; the κ = 2 run went from 0.32 s to 0.04 s
+    (a development measurement, ``benchmarks/NOTES.md``).
     XLA's own kernels (matrix products, the field) are not affected."""
     if not (solver_name == AUTO or spec(solver_name).implicit):
         yield
@@ -84,9 +85,10 @@ def start_vector(shape, dtype, seed: int):
 
     Drawn with :func:`jax.random.normal` inside the program instead, its Threefry and
     inverse-erf kernels were most of the detector's XLA compile: 0.34 s against 0.12 s for the
-    75-parameter deep linear net of ``benchmarks/first_call.py`` (paired runs, 2026-12-05); at
-    2**18 states the detector still compiled faster with the constant (0.46 s against 0.59 s,
-    development measurement)."""
+    75-parameter deep linear net of ``benchmarks/first_call.py`` (paired runs by hand; the
+    detector's compile with the constant is a row of ``benchmarks/FIRST_CALL.md``'s program
+    table); at 2**18 states the detector still compiled faster with the constant (0.46 s against
+    0.59 s, development measurement)."""
     return jnp.asarray(np.random.RandomState(seed).standard_normal(shape), dtype)
 
 

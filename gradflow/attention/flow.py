@@ -131,7 +131,8 @@ against :data:`KINK_BAND`'s ``1e-9``) keeps them inside at the steps the toleran
 ``1e-9``, with 4000 steps, 20 of 24 tied runs still ended ``max_steps``), at a price: a logit that reaches its kink is
 captured up to ``1e-6·max|h|`` early and relaxes onto it over a flow time, so the state there is
 accurate to ``~1e-6``; runs take more steps (tied, n = 6, to ``1e12``: median 374 for
-sparsemax, 1613 for relu, 2929 for l1, at most 5816; docs: Solvers and statuses, Kinks).
+sparsemax, 1613 for relu, 2929 for l1, at most 5816: ``benchmarks/NOTES.md``, "Kinked maps"; the
+rules for users: docs, Solvers and statuses, Kinks).
 (2) sparsemax with two or more logits at the kink at once: the hull used is spanned by one-logit flips (a
 parallelotope), not by all ``2^k`` supports; when all of them slide the field is the same (the
 one tangent to every kink), but which of them leave is decided on the parallelotope. (3) a
