@@ -319,12 +319,125 @@ def junit_times(path: Path = WORK / "junit.xml") -> tuple[dict[str, float], set[
     return times, bad
 
 
-def tests_for(s: Site, cmap, bad=frozenset()) -> set[str]:
-    lines = cmap.get(s.file, {})
+_INDEX: dict = {}
+
+
+def _name_index(root: Path = ROOT):
+    """(file -> parsed tree, name -> [(file, line)] of every load of that name or attribute, file ->
+    line ranges of function and lambda bodies), over the target files (cached)."""
+    if not _INDEX:
+        trees, uses, bodies = {}, {}, {}
+        for rel in target_files(root):
+            tree = trees[rel] = ast.parse((root / rel).read_text())
+            bodies[rel] = []
+            for node in ast.walk(tree):
+                name = node.id if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) else \
+                    node.attr if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) else None
+                if name:
+                    uses.setdefault(name, []).append((rel, node.lineno))
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    bodies[rel].append((node.body[0].lineno, node.end_lineno, node))
+                elif isinstance(node, ast.Lambda):
+                    bodies[rel].append((node.body.lineno, node.body.end_lineno, node))
+        _INDEX.update(trees=trees, uses=uses, bodies=bodies)
+    return _INDEX["trees"], _INDEX["uses"], _INDEX["bodies"]
+
+
+def _lines_tests(cmap, rel, first, last):
+    lines = cmap.get(rel, {})
     out = set()
-    for ln in range(s.line, s.end_line + 1):
+    for ln in range(first, last + 1):
         out |= lines.get(ln, set())
-    return {t for t in out if t and t not in bad}
+    return {t for t in out if t}
+
+
+def _outermost_body(rel, line):
+    """The outermost function (or lambda) whose body holds ``line``, or ``None`` (import-time code:
+    module level, class bodies, decorators, defaults)."""
+    hits = [(lo, hi, n) for lo, hi, n in _name_index()[2][rel] if lo <= line <= hi]
+    return min(hits, key=lambda h: h[0])[2] if hits else None
+
+
+def _users_tests(cmap, names, rel, lo, hi, seen):
+    """Tests executing the uses (in the target files, outside ``rel`` lines lo..hi) of ``names``;
+    a use that is itself import-time code is followed to what it defines."""
+    out = set()
+    for name in names:
+        for urel, uline in _name_index()[1].get(name, ()):
+            if urel == rel and lo <= uline <= hi:
+                continue
+            got = _lines_tests(cmap, urel, uline, uline)
+            if not got:
+                body = _outermost_body(urel, uline)
+                if body is None:
+                    got = _import_time_tests(cmap, urel, uline, seen)
+                elif isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)) and (urel, body.name) not in seen:
+                    seen.add((urel, body.name))  # a function run only at import (e.g. a tableau's builder)
+                    got = _users_tests(cmap, {body.name}, urel, body.lineno, body.end_lineno, seen)
+            out |= got
+    return out
+
+
+def _import_time_tests(cmap, rel, line, seen) -> set[str]:
+    """Tests for import-time code (module level, class bodies, decorators, defaults: gradflow's
+    modules are imported before coverage starts, so these lines carry no test): in a ``def`` header
+    (decorators, defaults), the tests executing the function's body; in a class body, those
+    executing the class's lines; else (or if none) the tests executing the lines that use the names
+    the statement binds (:func:`_users_tests`)."""
+    if (rel, line) in seen:
+        return set()
+    seen.add((rel, line))
+    trees = _name_index()[0]
+    body, chain = trees[rel].body, []
+    while True:
+        stmt = next((b for b in body if b.lineno <= line <= b.end_lineno
+                     or any(d.lineno <= line <= d.end_lineno for d in getattr(b, "decorator_list", ()))), None)
+        if stmt is None:
+            break
+        chain.append(stmt)
+        if isinstance(stmt, ast.ClassDef):
+            body = stmt.body
+            continue
+        break
+    if not chain:
+        return set()
+    node = chain[-1]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        got = _lines_tests(cmap, rel, node.body[0].lineno, node.end_lineno)
+        if got:
+            return got
+        return _users_tests(cmap, {node.name}, rel, node.lineno, node.end_lineno, seen)
+    if len(chain) > 1:  # a class body statement (a field's default, a class constant)
+        cls = chain[-2]
+        got = _lines_tests(cmap, rel, cls.body[0].lineno, cls.end_lineno)
+        names = {cls.name}
+    else:
+        got = set()
+        names = set()
+    for t in ast.walk(node):
+        if isinstance(t, ast.Name) and isinstance(t.ctx, ast.Store):
+            names.add(t.id)
+        elif isinstance(t, ast.alias):
+            names.add((t.asname or t.name).split(".")[0])
+    return got | _users_tests(cmap, names, rel, node.lineno, node.end_lineno, seen)
+
+
+def tests_for(s: Site, cmap, bad=frozenset()) -> set[str]:
+    """The tests executing the site's lines; for import-time code, :func:`_import_time_tests`; for the
+    body of a function run only at import time, the tests of its users. Empty: not covered."""
+    out = _lines_tests(cmap, s.file, s.line, s.end_line)
+    if not out:
+        body = _outermost_body(s.file, s.line)
+        if body is None:
+            out = _import_time_tests(cmap, s.file, s.line, set())
+        elif isinstance(body, (ast.FunctionDef, ast.AsyncFunctionDef)) and not _lines_tests(
+                cmap, s.file, body.body[0].lineno, body.end_lineno):
+            # a function none of whose lines a test runs: one called at import time has users there
+            import_uses = [(u, ln) for u, ln in _name_index()[1].get(body.name, ()) if _outermost_body(u, ln) is None]
+            out = set()
+            for u, ln in import_uses:
+                out |= _import_time_tests(cmap, u, ln, set())
+    return {t for t in out if t not in bad}
 
 
 # ------------------------------------------------------------------------------ pytest plugin
@@ -451,6 +564,8 @@ def main(argv=None) -> int:
     r.add_argument("--files", nargs="*", help="run against these test files (e.g. all of tests/)")
     r.add_argument("--results", default=str(WORK / "results.jsonl"))
     r.add_argument("--deadline", help="HH:MM UTC: start no mutant after it")
+    rep = sub.add_parser("report", help="a markdown table of a results file (the last row per sample position)")
+    rep.add_argument("results", nargs="?", default=str(WORK / "results.jsonl"))
     args = p.parse_args(argv)
     WORK.mkdir(exist_ok=True)
 
@@ -463,6 +578,23 @@ def main(argv=None) -> int:
                "-q", f"--junitxml={WORK / 'junit.xml'}"]
         env = {**os.environ, "COVERAGE_FILE": str(WORK / ".coverage")}
         return subprocess.run(cmd, cwd=ROOT, env=env).returncode
+
+    if args.cmd == "report":
+        rows = {}
+        for ln in Path(args.results).read_text().splitlines():
+            row = json.loads(ln)
+            rows[row["pos"]] = row
+        counts: dict[str, int] = {}
+        print("| # | site | status | tests | first failing test | s |")
+        print("|---|---|---|---|---|---|")
+        for pos in sorted(rows):
+            r = rows[pos]
+            counts[r["status"]] = counts.get(r["status"], 0) + 1
+            site = r["site"].replace("|", "\\|")
+            print(f"| {pos} | `{site}` | {r['status']} | {r['n_tests']} | {r['test']} | {r['seconds']:.0f} |")
+        print()
+        print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" (of {len(rows)} run)")
+        return 0
 
     sites = all_sites()
     sample = draw(sites)
