@@ -474,13 +474,18 @@ def _git_text(rel: str) -> str:
 
 
 def run_mutant(s: Site, work: Path, tests: list[str], times: dict[str, float], files_only: list[str] | None = None,
-               timeout: float | None = None) -> dict:
+               timeout: float | None = None, cap: float | None = None) -> dict:
+    """Run the tests against mutant ``s`` in the copy ``work``. ``timeout`` (default 3x the tests'
+    baseline seconds + 60) ends a run counted as *timeout* (a kill, reported apart); ``cap`` (a
+    session's time limit) ends one earlier, counted as *stopped*: neither killed nor survived."""
     path = work / s.file
     original = path.read_text()
     mutated = apply(original, s)
     base_t = sum(times.get(t, 1.0) for t in tests) if files_only is None else None
     if timeout is None:
         timeout = 3 * (base_t or 600.0) + 60.0
+    capped = cap is not None and cap < timeout
+    limit = min(timeout, cap) if cap is not None else timeout
     with tempfile.TemporaryDirectory(prefix="mutrand-cache-") as cache:
         env = {**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1",
                "GRADFLOW_CACHE_DIR": os.path.join(cache, "gradflow"), "GRADFLOW_NO_CACHE": "1",
@@ -508,7 +513,7 @@ def run_mutant(s: Site, work: Path, tests: list[str], times: dict[str, float], f
         out, rc = "", None
         try:
             path.write_text(mutated)
-            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout,
+            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=limit,
                                   start_new_session=True)
             out, rc = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
@@ -526,7 +531,7 @@ def run_mutant(s: Site, work: Path, tests: list[str], times: dict[str, float], f
 
     hit = re.search(r"^(FAILED|ERROR) (\S+)", out, re.M)
     if rc == "timeout":
-        status = "timeout"
+        status = "stopped (cap)" if capped else "timeout"
     elif rc == 0:
         status = "survived"
     elif rc in (1, 2, 3):  # test failed / interrupted (collection or import error under the mutant) / internal error
@@ -564,6 +569,7 @@ def main(argv=None) -> int:
     r.add_argument("--files", nargs="*", help="run against these test files (e.g. all of tests/)")
     r.add_argument("--results", default=str(WORK / "results.jsonl"))
     r.add_argument("--deadline", help="HH:MM UTC: start no mutant after it")
+    r.add_argument("--cap", type=float, help="seconds: stop a mutant's run after this (status 'stopped (cap)', unresolved)")
     rep = sub.add_parser("report", help="a markdown table of a results file (the last row per sample position)")
     rep.add_argument("results", nargs="?", default=str(WORK / "results.jsonl"))
     args = p.parse_args(argv)
@@ -643,7 +649,7 @@ def main(argv=None) -> int:
                     if not tests:
                         row = dict(status="not covered", rc=None, test="", seconds=0.0, n_tests=0)
                     else:
-                        row = run_mutant(s, work, tests, times)
+                        row = run_mutant(s, work, tests, times, cap=args.cap)
                 row = dict(pos=pos, index=sample[pos], site=s.describe(), **row)
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
