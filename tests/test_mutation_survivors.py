@@ -49,3 +49,33 @@ def test_rkc_substeps_each_within_the_stability_interval_and_no_stage_more(h_rho
     assert 2 <= s <= cap
     assert x <= s * s - 1
     assert s == 2 or (s - 1) ** 2 - 1 <= x
+
+
+def test_power_iteration_keeps_its_iterate_where_the_product_vanishes():
+    """``chebyshev.spectral_radius`` returns the iterate ``v_k`` itself as the next warm start where
+    ``J v_k = 0`` (its docstring), not the zero vector (from which no later step could find ``ρ``):
+    on ``J = diag(0, 0, 3)`` from ``v0 = (3, 4, 0)/…`` (in the kernel), ``ρ = 0`` and the returned
+    iterate is ``(0.6, 0.8, 0)``; a warm start from it on ``J = diag(1, 2, 3)`` then finds ``ρ``."""
+    from gradflow._engine import chebyshev
+
+    d0 = jnp.asarray([0.0, 0.0, 3.0])
+    rho, v, _ = chebyshev.spectral_radius(lambda x: d0 * x, jnp.asarray([3.0, 4.0, 0.0]), 10)
+    assert float(rho) == 0.0
+    assert jnp.allclose(v, jnp.asarray([0.6, 0.8, 0.0]), rtol=0, atol=1e-15)
+    d1 = jnp.asarray([1.0, 2.0, 3.0])
+    rho1, _, _ = chebyshev.spectral_radius(lambda x: d1 * x, v, 200, tol=1e-12)
+    assert float(rho1) > 1.5
+
+
+def test_default_device_named_by_platform_is_that_platforms_first_device():
+    """``jax.default_device("cpu")`` (a platform name, not a device) makes the engine's default device
+    the platform's first local device, as JAX's own placement does (``batch._default_device``)."""
+    import jax
+
+    from gradflow._engine import batch
+
+    with jax.default_device("cpu"):
+        placed = jax.numpy.zeros(2).devices()
+        assert batch._default_device() == jax.local_devices(backend="cpu")[0]
+    assert placed == {jax.local_devices(backend="cpu")[0]}
+    assert batch._default_device() == jax.local_devices()[0]
