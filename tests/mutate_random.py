@@ -571,7 +571,7 @@ def main(argv=None) -> int:
     r.add_argument("--deadline", help="HH:MM UTC: start no mutant after it")
     r.add_argument("--cap", type=float, help="seconds: stop a mutant's run after this (status 'stopped (cap)', unresolved)")
     rep = sub.add_parser("report", help="a markdown table of a results file (the last row per sample position)")
-    rep.add_argument("results", nargs="?", default=str(WORK / "results.jsonl"))
+    rep.add_argument("results", nargs="*", default=[str(WORK / "results.jsonl")], help="results files (later rows win)")
     args = p.parse_args(argv)
     WORK.mkdir(exist_ok=True)
 
@@ -587,9 +587,10 @@ def main(argv=None) -> int:
 
     if args.cmd == "report":
         rows = {}
-        for ln in Path(args.results).read_text().splitlines():
-            row = json.loads(ln)
-            rows[row["pos"]] = row
+        for path in args.results:
+            for ln in Path(path).read_text().splitlines():
+                row = json.loads(ln)
+                rows[row["pos"]] = row
         counts: dict[str, int] = {}
         print("| # | site | status | tests | first failing test | s |")
         print("|---|---|---|---|---|---|")
