@@ -34,8 +34,15 @@ Rerun (CPU-heavy; about an hour on 2 cores)::
     nice -n 10 python -m tests.mutate_random coverage          # writes .mutrand/.coverage, .mutrand/junit.xml
     # 2. list / draw the sample (cheap; writes tests/mutate_random_sample.json)
     python -m tests.mutate_random sites
-    # 3. run the sampled mutants (results appended to .mutrand/results.jsonl, resumable)
-    nice -n 10 python -m tests.mutate_random run [--only 3 17] [--files-importing]
+    # 3. run the sampled mutants (results appended to .mutrand/results.jsonl, resumable; --cap N
+    #    stops a mutant's run after N s as "stopped", --deadline HH:MM starts none after it)
+    nice -n 10 python -m tests.mutate_random run [--only 3 17] [--cap 300] [--deadline 06:52]
+    # survivors against every test file importing their module, or given files
+    nice -n 10 python -m tests.mutate_random run --only 16 --files-importing --results .mutrand/wide.jsonl
+    # 4. the table of results
+    python -m tests.mutate_random report .mutrand/results.jsonl
+
+Needs ``coverage`` and ``pytest-cov`` (``pip install coverage pytest-cov``) for step 1 only.
 
 Retarget after files move (e.g. ``trajectory.py`` split into ``solution.py``): edit :data:`TARGETS`
 (the single list of files/folders) and rerun steps 1-3; the sample is drawn anew (site indices refer to
