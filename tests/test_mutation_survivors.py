@@ -14,8 +14,14 @@ def test_sweep_spec_defaults_are_the_cli_and_documented_defaults():
     """``SweepSpec()`` (the Python API) has the defaults ``gradflow sweep`` documents and its parser
     uses (docs/data.md, docs/getting-started.md: seeds 0:64, chunk 64, lanes 16, logistic, n 8,
     softmax, t1 1e12, rtol 1e-8, init scale 0.1, 50 points, solver auto, 16384 steps)."""
-    from gradflow.cli import _parser
-    from gradflow.sweep import SweepSpec
+    try:  # the layout before and after the move of the CLI to app/ and the sweep to gradflow.attention
+        from app.cli import _parser
+    except ImportError:
+        from gradflow.cli import _parser
+    try:
+        from gradflow.attention.sweep import SweepSpec
+    except ImportError:
+        from gradflow.sweep import SweepSpec
 
     spec = SweepSpec()
     documented = dict(seed_start=0, seed_stop=64, chunk=64, lanes=16, loss=("logistic",), n=(8,),
@@ -90,7 +96,7 @@ def test_rodas4_eigh_refines_each_stage_with_the_documented_three_sweeps():
 
     from gradflow._engine import solvers
 
-    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "solvers.md").read_text().split())
-    assert "three sweeps keep Rodas4's order 4" in guide
+    guide = " ".join((Path(__file__).resolve().parents[1] / "docs" / "solvers.md").read_text().split()).lower()
+    assert "three sweeps keep rodas4's order 4" in guide
     solver = solvers.make_solver(solvers.code_of("rodas4-eigh"), 1e-8, 1e-10)
     assert solver.linear.iterations == 3
