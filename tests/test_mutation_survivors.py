@@ -14,14 +14,8 @@ def test_sweep_spec_defaults_are_the_cli_and_documented_defaults():
     """``SweepSpec()`` (the Python API) has the defaults ``gradflow sweep`` documents and its parser
     uses (docs/data.md, docs/getting-started.md: seeds 0:64, chunk 64, lanes 16, logistic, n 8,
     softmax, t1 1e12, rtol 1e-8, init scale 0.1, 50 points, solver auto, 16384 steps)."""
-    try:  # the layout before and after the move of the CLI to app/ and the sweep to gradflow.attention
-        from app.cli import _parser
-    except ImportError:
-        from gradflow.cli import _parser
-    try:
-        from gradflow.attention.sweep import SweepSpec
-    except ImportError:
-        from gradflow.sweep import SweepSpec
+    from gradflow.app.cli import _parser
+    from gradflow.attention.sweep import SweepSpec
 
     spec = SweepSpec()
     documented = dict(seed_start=0, seed_stop=64, chunk=64, lanes=16, loss=("logistic",), n=(8,),
