@@ -124,19 +124,47 @@ def test_implicit_lanes_switch_back_below_a_quarter_of_the_dopri8_boundary_only(
 
 
 def test_implicit_solver_by_state_size_and_symmetry():
-    """Which implicit solver a stiff lane runs: the eigendecomposition solver (``rodas4-eigh``) from
-    128 parameters, the Krylov one (``rodas4-krylov``) from 2000, both only for a symmetric
-    Jacobian block (asymmetry at most 1e-8); ``rodas4`` otherwise. Each threshold one below and at
-    it; the asymmetry at half and twice its tolerance."""
-    def solver(size, asym):
+    """Which stiff solver a stiff lane runs: the eigendecomposition solver (``rodas4-eigh``) from
+    128 parameters, from 2000 the stabilised explicit one (``rkc``) while its stages fit the cap
+    and the Krylov one (``rodas4-krylov``) past it, all only for a symmetric Jacobian block
+    (asymmetry at most 1e-8); ``rodas4`` otherwise. Each size threshold one below and at it; the
+    asymmetry at half and twice its tolerance; without the stabilised solver (its threshold out
+    of reach) the Krylov one from 2000."""
+    def solver(size, asym, policy=POLICY):
         codes, _, _ = stiff.phase_of_lanes("auto", np.zeros(1), 10_000, np.ones(1, bool), np.array([10.0]),
-                                           np.array([asym]), size)
+                                           np.array([asym]), size, policy)
         return _names(codes)[0]
 
     assert solver(127, 0.0) == "rodas4" and solver(128, 0.0) == "rodas4-eigh"
-    assert solver(1999, 0.0) == "rodas4-eigh" and solver(2000, 0.0) == "rodas4-krylov"
+    assert solver(1999, 0.0) == "rodas4-eigh" and solver(2000, 0.0) == "rkc"
     assert solver(500, 0.5e-8) == "rodas4-eigh" and solver(500, 2e-8) == "rodas4"
-    assert solver(5000, 0.5e-8) == "rodas4-krylov" and solver(5000, 2e-8) == "rodas4"
+    assert solver(5000, 0.5e-8) == "rkc" and solver(5000, 2e-8) == "rodas4"
+    no_rkc = POLICY.replace(stabilised_min_state=10**12)
+    assert solver(1999, 0.0, no_rkc) == "rodas4-eigh" and solver(2000, 0.0, no_rkc) == "rodas4-krylov"
+
+
+def test_stabilised_solver_until_its_stages_pass_the_cap():
+    """A stiff gradient lane of 5000 parameters runs ``rkc`` while the stages its last round's
+    ``h·ρ`` needs, ``1 + √(1 + 1.54·1.2·h·ρ)``, are at most the stage cap ``√(rtol/(10 ε))``
+    (2,122 at rtol 1e-8, 212 at 1e-10), ``rodas4-krylov`` past it. Hand values: ``h·ρ`` just below
+    and above ``((cap − 1)² − 1)/(1.54·1.2)``; the cap by hand from ``rtol``; a run's ``rtol``
+    reaches the choice (the same ``h·ρ`` is inside the cap at 1e-8, outside at 1e-10); a lane
+    that was on ``rodas4-krylov`` comes back below the cap."""
+    eps = np.finfo(np.float64).eps
+
+    def solver(h_rho, rtol=1e-8):
+        codes, _, now = stiff.phase_of_lanes("auto", np.zeros(1), 10_000, np.ones(1, bool), np.array([h_rho]),
+                                             np.zeros(1), 5000, POLICY, rtol)
+        assert now[0]
+        return _names(codes)[0]
+
+    for rtol in (1e-8, 1e-10):
+        cap = round(np.sqrt(rtol / (10 * eps)))
+        assert stiff.stage_limit(rtol) == cap and cap == {1e-8: 2122, 1e-10: 212}[rtol]
+        edge = ((cap - 1) ** 2 - 1) / (1.54 * 1.2)
+        assert solver(0.999 * edge, rtol) == "rkc" and solver(1.001 * edge, rtol) == "rodas4-krylov"
+    assert solver(1e5, 1e-8) == "rkc" and solver(1e5, 1e-10) == "rodas4-krylov"
+    assert solver(10.0) == "rkc"  # back from the Krylov phase: the same rule, no memory
 
 
 def test_asymmetry_of_a_gradient_field_is_far_inside_its_tolerance_and_a_rotation_far_outside():

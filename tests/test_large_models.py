@@ -9,7 +9,8 @@ import pytest
 
 from benchmarks import large_models as lm
 
-LABELS = {"gradflow": "gradflow `integrate` (auto)", "gradflow-rkc": "gradflow `integrate` (`rkc`",
+LABELS = {"gradflow": "gradflow `integrate` (auto)", "gradflow-loose": "gradflow `integrate` (auto, rtol 1e-06)",
+          "gradflow-rkc": "gradflow `integrate` (`rkc`",
           "gd": "GD at its stability limit", "scipy": "SciPy "}
 
 
@@ -32,10 +33,11 @@ def test_quick_mode_writes_every_model_and_method(tmp_path):
         # compiled loss; SciPy: a jitted loss of the raveled parameters), is one number
         l0 = [rows[m.name, k]["loss0"] for k in lm.METHODS]
         assert max(l0) - min(l0) <= 1e-12 * abs(l0[0]), (m.name, l0)
-        for k in ("gradflow", "gradflow-rkc"):
+        for k in ("gradflow", "gradflow-loose", "gradflow-rkc"):
             g = rows[m.name, k]
             assert g["loss"] <= g["loss0"], g  # a gradient flow does not raise the loss
         assert rows[m.name, "gradflow-rkc"]["rtol"] == lm.RKC_RTOL
+        assert rows[m.name, "gradflow-loose"]["rtol"] == lm.LOOSE_RTOL
         gd = rows[m.name, "gd"]
         # GD's flow time at every checkpoint is Σ lr·k over its accepted chunks so far (each chunk's lr
         # and iteration count recorded with it); the reported one is a checkpoint, and all chunks

@@ -628,17 +628,22 @@ def test_looped_stages_are_the_written_out_stages(strategy, tableau):
     assert np.max(np.abs(flat(y_bad) - flat(y_p))) > 1e-6
 
 
+NO_RKC = POLICY.replace(stabilised_min_state=10**12)
+"""The policy without its stabilised explicit phase (the implicit choices alone)."""
+
+
 def test_auto_picks_krylov_only_above_its_state_size():
-    """The phase policy: a stiff gradient lane runs ``AutoPolicy.krylov`` from
-    ``AutoPolicy.krylov_min_state`` parameters on, ``AutoPolicy.implicit`` (dense) just below it
-    (negative control), and a non-gradient lane the fallback Rodas4 at any size."""
+    """The phase policy without its stabilised explicit phase (:data:`NO_RKC`): a stiff gradient
+    lane runs ``AutoPolicy.krylov`` from ``AutoPolicy.krylov_min_state`` parameters on,
+    ``AutoPolicy.implicit`` (dense) just below it (negative control), and a non-gradient lane the
+    fallback Rodas4 at any size."""
     on = 2.0 * BOUNDARY_ON
     for size, asym, expect in ((POLICY.krylov_min_state, 0.0, POLICY.krylov),
                                (10 * POLICY.krylov_min_state, 0.0, POLICY.krylov),
                                (POLICY.krylov_min_state - 1, 0.0, POLICY.implicit),
                                (10 * POLICY.krylov_min_state, 0.5, POLICY.fallback)):
         codes, _, now = stiff.phase_of_lanes("auto", np.zeros(1), 10_000, np.zeros(1, bool), np.array([on]),
-                                             np.array([asym]), size)
+                                             np.array([asym]), size, NO_RKC)
         assert now[0] and spec(codes[0]).name == expect, (size, asym, spec(codes[0]).name)
     assert spec(POLICY.krylov).gradient_only and spec(POLICY.krylov).code == 9
 
@@ -665,6 +670,59 @@ def test_auto_runs_krylov_through_the_engine(monkeypatch):
     assert int(out.status_code) == int(S_status.ok)
     expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
     np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("gradient", [True, False])
+def test_auto_runs_rkc_through_the_engine(monkeypatch, gradient):
+    """The stiff linear flow through the engine (rest stop on) with the stabilised threshold lowered
+    to its 6 parameters: the gradient flow's stiff rounds run ``rkc`` (``AutoPolicy.stabilised``)
+    and its save points agree with the matrix exponential (SciPy ``expm``) to RKC's accuracy at
+    rtol 1e-8 (second order: 1e-6 relative); the non-symmetric field (negative control: ``auto``
+    never picks a method that assumes a symmetric Jacobian for it) runs the fallback Rodas4."""
+    import scipy.linalg
+
+    from gradflow._engine import batch
+    from gradflow._engine.settings import check_settings
+    from gradflow._engine.solve import Flow
+
+    A = _linear_stiff(gradient)
+    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
+    p0 = np.linspace(1.0, -1.0, 6)
+    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
+                                  max_steps=20000, solver="auto",
+                                  policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6, stabilised_min_state=6))
+    used = _solvers_used(monkeypatch)
+    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
+    assert {s for s in used if s != "dopri8"} == ({POLICY.stabilised} if gradient else {POLICY.fallback}), used
+    assert int(out.status_code) == int(S_status.ok)
+    expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
+    np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
+
+
+def test_auto_rkc_cap_follows_the_run_rtol(monkeypatch):
+    """The engine hands the phase policy the run's own rtol (RKC's stage cap, ``√(rtol/(10 ε))``,
+    depends on it): a spy on :func:`stiff.phase_of_lanes` sees rtol 1e-6 after every round of a
+    run at rtol 1e-6 (the stiff linear flow, stabilised threshold lowered to its 6 parameters)."""
+    from gradflow._engine import batch
+    from gradflow._engine.settings import check_settings
+    from gradflow._engine.solve import Flow
+
+    seen, orig = [], batch._stiff.phase_of_lanes
+
+    def spy(*args, **kwargs):
+        seen.append(args[8] if len(args) > 8 else kwargs.get("rtol", "default"))
+        return orig(*args, **kwargs)
+
+    monkeypatch.setattr(batch._stiff, "phase_of_lanes", spy)
+    A = _linear_stiff(True)
+    settings, _ = check_settings(t1=1e3, ts=np.array([0.0, 1.0, 10.0]), rtol=1e-6, atol=1e-8, max_steps=20000,
+                                 solver="auto", policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6,
+                                                                      stabilised_min_state=6))
+    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
+    batch.run(flow, jnp.asarray(A), jnp.asarray(np.linspace(1.0, -1.0, 6))[None], settings.replace(lane=0),
+              devices=jax.local_devices())
+    later = seen[1:]  # the first call decides the first round, before any h·ρ
+    assert later and all(r == 1e-6 for r in later), seen
 
 
 @pytest.mark.slow  # ~100 s on the loaded 2-core machine (a simulate compile); the engine test above runs by default

@@ -458,7 +458,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
         h_rho, asym = _stiffness(flow, fargs, state, pending, settings, devices)
         codes, left, stiff[pending] = _stiff.phase_of_lanes(
             settings.solver, np.asarray(state.num_steps)[pending], max_steps, stiff[pending], h_rho, asym, n_params,
-            settings.policy)
+            settings.policy, float(settings.rtol))
         steps_now = np.minimum(left, ROUND_STEPS)
         if not np.any(steps_now > 0):
             break  # every unfinished lane has spent its budget: status max_steps

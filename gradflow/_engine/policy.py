@@ -33,7 +33,9 @@ class AutoPolicy:
     phase; an implicit lane with ``h·ρ < stiff_off·explicit_boundary`` switches back (hysteresis:
     ``stiff_off < stiff_on``). The implicit solver: for a gradient flow (asymmetry at most
     ``symmetry_tol``) of at least ``eigen_min_state`` parameters per lane ``implicit``, replaced by
-    ``krylov`` from ``krylov_min_state`` parameters on; otherwise ``fallback``. Implicit rounds run
+    ``krylov`` from ``krylov_min_state`` parameters on; otherwise ``fallback``. A gradient flow of
+    at least ``stabilised_min_state`` parameters runs the stabilised explicit ``stabilised``
+    instead while the stages its steps need stay within its stage cap (below). Implicit rounds run
     with ``blas_threads`` BLAS threads.
 
     **Fields** (defaults; units):
@@ -58,13 +60,27 @@ class AutoPolicy:
     - ``fallback`` (``"rodas4"``): the implicit solver for fields that are not gradient flows and
       for states under ``eigen_min_state`` (``128``) parameters, where a factorisation per step
       costs little.
+    - ``stabilised`` (``"rkc"``): the stabilised explicit solver for stiff gradient flows of at
+      least ``stabilised_min_state`` (``2000``) parameters, chosen over ``krylov`` while the stage
+      number ``s = 1 + √(1 + 1.54·1.2·h·ρ)`` at the lane's last round (its mean step ``h``, ``ρ``
+      at its end) is at most the stage cap ``√(rtol/(10 ε))`` (2,122 at ``rtol = 1e-8``;
+      :func:`gradflow._engine.chebyshev.stage_cap`); past it, ``krylov``. The argument (docs/solvers.md,
+      "The auto policy"): inside the cap a step of RKC costs ``s ∝ √(h·ρ)`` gradients and no
+      Hessian–vector product, a Krylov Rodas4 step of the same ``h`` six conjugate-gradient solves
+      of ``∝ √(h·ρ)`` Hessian–vector products each (about three gradients apiece); past the cap
+      RKC's cost per step grows like ``h·ρ`` (substeps), the Krylov method's still like ``√(h·ρ)``.
+      The same threshold sends a Krylov lane back: its steps are longer than RKC's (fourth order), so
+      a Krylov round whose ``s`` is inside the cap is one RKC takes at no more stages.
+    - ``stabilised_min_state`` (``2000``): the fewest parameters per lane for ``stabilised``
+      (the Krylov threshold: below it the dense ``implicit`` solver's eigendecomposition per round
+      is cheap, ``benchmarks/SCALE.md``).
     - ``symmetry_tol`` (``1e-8``): the largest relative asymmetry ``‖(P − Pᵀ)v‖/‖Pv‖`` of a
       gradient flow (round-off gives ``≲ 1e-13``; a generic non-gradient field order one).
     - ``blas_threads`` (``1``): BLAS/LAPACK threads while an implicit round runs
       (:func:`gradflow._engine.stiff.blas_threads`).
 
     **Raises:** :class:`gradflow.GradflowValueError` for a solver name not in the table or of the
-    wrong kind (an implicit ``explicit``, an explicit ``implicit``/``krylov``/``fallback``, a
+    wrong kind (an implicit ``explicit`` or ``stabilised``, an explicit ``implicit``/``krylov``/``fallback``, a
     ``fallback`` for gradient flows only), thresholds outside ``0 < stiff_off < stiff_on``, a
     non-positive boundary, round, iteration count, thread count or tolerance, or negative state
     sizes."""
@@ -80,12 +96,15 @@ class AutoPolicy:
     krylov_min_state: int = 2000
     fallback: str = "rodas4"
     eigen_min_state: int = 128
+    stabilised: str = "rkc"
+    stabilised_min_state: int = 2000
     symmetry_tol: float = 1e-8
     blas_threads: int = 1
 
     def __post_init__(self):
         names = [s.name for s in SOLVER_TABLE]
-        for field, implicit in (("explicit", False), ("implicit", True), ("krylov", True), ("fallback", True)):
+        for field, implicit in (("explicit", False), ("implicit", True), ("krylov", True), ("fallback", True),
+                                ("stabilised", False)):
             name = getattr(self, field)
             if name not in names or spec(name).implicit != implicit:
                 kind = "an implicit" if implicit else "an explicit"
@@ -103,7 +122,7 @@ class AutoPolicy:
             raise bad_arg("AutoPolicy stiff_on/stiff_off", (self.stiff_on, self.stiff_off),
                           "two numbers with 0 < stiff_off < stiff_on (hysteresis)")
         for field, low in (("explicit_round", 1), ("power_iterations", 1), ("blas_threads", 1),
-                           ("krylov_min_state", 0), ("eigen_min_state", 0)):
+                           ("krylov_min_state", 0), ("eigen_min_state", 0), ("stabilised_min_state", 0)):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise bad_arg(f"AutoPolicy {field}", value, f"an integer ≥ {low}")

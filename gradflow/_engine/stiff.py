@@ -37,10 +37,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from . import chebyshev
 from .policy import DEFAULT_POLICY, AutoPolicy
 from .solvers import AUTO, code_of, spec
 
-__all__ = ["phase_of_lanes", "stiffness_ratio", "asymmetry", "blas_threads", "start_vector"]
+__all__ = ["phase_of_lanes", "stages_needed", "stage_limit", "stiffness_ratio", "asymmetry", "blas_threads", "start_vector"]
 
 @functools.lru_cache(maxsize=1)
 def _threadpools():
@@ -142,8 +143,21 @@ def asymmetry(field, y, seed: int = 1):
     return jnp.where(n > 0, jnp.linalg.norm(jv - vj) / jnp.where(n > 0, n, 1.0), 0.0)
 
 
+def stages_needed(h_rho):
+    """The stages of one RKC step at ``h·ρ = h_rho`` (NumPy, elementwise; ``NaN`` stays ``NaN``):
+    ``1 + √(1 + 1.54·SAFETY·h·ρ)`` (:func:`gradflow._engine.chebyshev.stages_for` before its cap,
+    with the solver's safety factor on ``ρ``)."""
+    h_rho = np.maximum(np.asarray(h_rho, np.float64), 0.0)
+    return 1.0 + np.sqrt(1.0 + 1.54 * chebyshev.SAFETY * h_rho)
+
+
+def stage_limit(rtol) -> float:
+    """RKC's stage cap at ``rtol`` (a host float): :func:`gradflow._engine.chebyshev.stage_cap`."""
+    return float(chebyshev.stage_cap(float(rtol)))
+
+
 def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None, asym=None,
-                   state_size: int = 0, policy: AutoPolicy = DEFAULT_POLICY
+                   state_size: int = 0, policy: AutoPolicy = DEFAULT_POLICY, rtol: float = 1e-8
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The solver each lane runs next, how many steps it may take in that round, and its phase.
 
@@ -157,8 +171,11 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     ``policy.symmetry_tol`` (a gradient flow), else ``policy.fallback`` (when ``policy.implicit``
     is for gradient flows only; any other implicit solver runs regardless); ``state_size`` the
     number of parameters per lane: below ``policy.eigen_min_state`` the fallback runs too, from
-    ``policy.krylov_min_state`` on ``policy.krylov`` runs in place of ``policy.implicit``;
-    ``policy`` the run's :class:`gradflow._engine.policy.AutoPolicy` (used only for ``auto``).
+    ``policy.krylov_min_state`` on ``policy.krylov`` runs in place of ``policy.implicit``, and from
+    ``policy.stabilised_min_state`` on a symmetric lane runs ``policy.stabilised`` instead while
+    :func:`stages_needed` at its ``h_rho`` is at most :func:`stage_limit` of ``rtol`` (the run's
+    relative tolerance); ``policy`` the run's :class:`gradflow._engine.policy.AutoPolicy` (used
+    only for ``auto``).
 
     **Returns:** ``(codes, left, stiff)``: ``(k,)`` arrays of solver codes
     (:func:`gradflow._engine.solvers.spec` gives each one's row), of steps the lane may take next
@@ -178,6 +195,11 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     symmetric = symmetric & (state_size >= p.eigen_min_state)
     eigen, fallback = spec(p.krylov if state_size >= p.krylov_min_state else p.implicit), spec(p.fallback)
     implicit = np.where(symmetric | (not eigen.gradient_only), eigen.code, fallback.code)
+    if state_size >= p.stabilised_min_state:
+        # a stiff gradient flow whose steps need no more stages than the cap: the stabilised
+        # explicit method (the policy's ``stabilised`` field: the argument)
+        within = np.ones(num_steps.shape, bool) if h_rho is None else ~(stages_needed(h_rho) > stage_limit(rtol))
+        implicit = np.where(symmetric & within, spec(p.stabilised).code, implicit)
     codes = np.where(stiff, implicit, code_of(p.explicit)).astype(np.int64)
     implicit_round = np.array([spec(c).auto_round or b for c, b in zip(implicit.ravel(), budget.ravel())],
                               dtype=np.int64).reshape(budget.shape)
