@@ -641,8 +641,9 @@ def EigenRodas4(iterations: int = REFINE, time_factor=jnp.exp) -> Rosenbrock:
 def KrylovRodas4(rtol=1e-8, atol=1e-10) -> Rosenbrock:
     """RODAS4 with the exact Jacobian applied by Jacobian–vector products and every stage system
     solved by conjugate gradients to :data:`KRYLOV_FRACTION` of the step controller's ``rtol``,
-    ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the implicit phase of ``auto`` for
-    gradient flows of at least ``AutoPolicy.krylov_min_state`` (2000) parameters):
+    ``atol`` (``solver="rodas4-krylov"``, :class:`Krylov`; the stiff phase of ``auto`` for
+    gradient flows of at least ``AutoPolicy.krylov_min_state`` (2000) parameters once ``rkc``'s
+    steps would need more stages than its cap):
     the steps and errors of :func:`Rodas4`, memory ``O(n)``, no factorisation."""
     return Rosenbrock(RODAS4, Krylov(rtol, atol, KRYLOV_FRACTION, KRYLOV_MAX_STEPS), looped=True)
 

@@ -155,12 +155,14 @@ systems with the exact Jacobian are solved by a few sweeps preconditioned by tha
 eigendecomposition (no factorisation per step; the implicit phase of ``auto`` for gradient flows
 of at least ``AutoPolicy.eigen_min_state`` (128) parameters). ``rodas4-krylov``: Rodas4
 whose stage systems with the exact Jacobian are solved by conjugate gradients on Jacobian–vector
-products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n)``; the implicit
+products to a fraction of the step tolerance (no ``n × n`` matrix, memory ``O(n)``; the stiff
 phase of ``auto`` for gradient flows of at least ``AutoPolicy.krylov_min_state`` (2000)
-parameters). See :mod:`gradflow._engine.rosenbrock`. ``rkc``: the stabilised explicit
+parameters once ``rkc``'s steps would need more stages than its cap). See :mod:`gradflow._engine.rosenbrock`. ``rkc``: the stabilised explicit
 Runge–Kutta–Chebyshev method RKC (order 2), its stage number chosen every step from a power
 iteration on Jacobian–vector products, for large gradient flows of moderate stiffness and
-accuracy (no linear algebra, memory ``O(n)``; :mod:`gradflow._engine.chebyshev`)."""
+accuracy (no linear algebra, memory ``O(n)``; the stiff phase of ``auto`` for gradient flows of
+at least ``AutoPolicy.stabilised_min_state`` (2000) parameters while its steps need at most its
+stage cap; :mod:`gradflow._engine.chebyshev`)."""
 
 _BY_NAME = {s.name: s for s in SOLVER_TABLE}
 _BY_CODE = {s.code: s for s in SOLVER_TABLE}
@@ -176,9 +178,10 @@ stability-limited, their number ∝ t1): ``auto`` runs ``dopri8`` in short round
 each round whether its steps were stability-limited (``h·ρ`` against Dopri8's stability boundary)
 and switches such a lane to an implicit method, and back to ``dopri8`` when the implicit steps
 get small (:mod:`gradflow._engine.stiff`). The implicit method: for gradient flows (the
-Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) ``rodas4-krylov``
-with at least ``AutoPolicy.krylov_min_state`` (2000) parameters, ``rodas4-eigh`` with at
-least ``AutoPolicy.eigen_min_state`` (128); ``rodas4`` otherwise.
+Jacobian's parameter block symmetric, :func:`gradflow._engine.stiff.asymmetry`) with at least
+``AutoPolicy.stabilised_min_state`` (2000) parameters ``rkc`` while its steps need at most its
+stage cap, past it ``rodas4-krylov`` (from ``AutoPolicy.krylov_min_state``, 2000); ``rodas4-eigh``
+with at least ``AutoPolicy.eigen_min_state`` (128); ``rodas4`` otherwise.
 Implicit solves run with one BLAS thread (:func:`gradflow._engine.stiff.blas_threads`). The
 metadata's ``solver`` field records the name asked for (``auto`` included)."""
 

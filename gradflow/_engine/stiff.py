@@ -15,7 +15,10 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
   block by :func:`asymmetry`) Rodas4 with solves preconditioned by a symmetric eigendecomposition
   (``policy.implicit``, one eigendecomposition per round), from ``policy.krylov_min_state``
   parameters on Rodas4 with conjugate-gradient solves on Jacobian–vector products
-  (``policy.krylov``, no dense matrix); otherwise and below ``policy.eigen_min_state`` parameters
+  (``policy.krylov``, no dense matrix), and from ``policy.stabilised_min_state`` parameters the
+  stabilised explicit ``policy.stabilised`` (RKC) in its place while the stages a step needs
+  (:func:`stages_needed`) fit RKC's cap (:func:`stage_limit`); otherwise and below
+  ``policy.eigen_min_state`` parameters
   Rodas4 with an LU factorisation per step (``policy.fallback``;
   :mod:`gradflow._engine.rosenbrock`);
 - an implicit lane whose ``h·ρ < stiff_off·B`` (its steps are small enough for Dopri8 to be
