@@ -70,8 +70,7 @@ def config(quick: bool) -> dict:
     # flow turns stiff, then the Hessian-free Rosenbrock-Krylov method: 3,556 states are above
     # gradflow's Krylov threshold; pinned by KRYLOV_POLICY, as the committed figure was computed
     # before auto ran rkc there), 300 steps; Adam 3000 steps (its loss then below the flow's).
-    return {**base, **quick_sizes, "scale": "gallery", "solver": "auto", "policy": "krylov", "max_steps": 300,
-            "points": 20,
+    return {**base, **quick_sizes, "scale": "gallery", "solver": "auto", "max_steps": 300, "points": 20,
             "gd_points": 16, "gd_max_steps": 6000, "adam_steps": 3000, "adam_points": 16}
 
 
@@ -114,17 +113,16 @@ def setup(run_cfg):
 KRYLOV_POLICY = gradflow.AutoPolicy(stabilised_min_state=2**62)
 """``auto`` with ``rodas4-krylov`` as the stiff phase of large gradient flows (the stabilised
 explicit ``rkc`` out of reach): the policy the committed gallery figure was computed with, before
-``auto`` ran ``rkc`` there; the gallery configuration names it (``"policy": "krylov"``) so that a
-rebuild computes the committed figure."""
+``auto`` ran ``rkc`` there. :func:`flow` runs every ``solver="auto"`` flow (the gallery build's)
+under it, so that a rebuild computes the committed figure."""
 
 
-def flow(loss, params0, args, *, t1: float, ts, max_steps: int, rtol: float, solver: str = "dopri8",
-         policy: str | None = None):
+def flow(loss, params0, args, *, t1: float, ts, max_steps: int, rtol: float, solver: str = "dopri8"):
     """:func:`gradflow.integrate` of the full-batch loss (no rest stop: a transformer's loss is not
     at rest within reach); returns its :class:`gradflow.Solution` (status ``max_steps`` when the
-    step budget ends the run before ``t1``; ``t_end`` says how far it got). ``policy``: ``None``
-    (``auto``'s default policy) or ``"krylov"`` (:data:`KRYLOV_POLICY`)."""
-    extra = {} if policy is None else {"policy": {"krylov": KRYLOV_POLICY}[policy]}
+    step budget ends the run before ``t1``; ``t_end`` says how far it got). ``solver="auto"`` runs
+    under :data:`KRYLOV_POLICY` (Dopri8, then ``rodas4-krylov``)."""
+    extra = {"policy": KRYLOV_POLICY} if solver == "auto" else {}
     return gradflow.integrate(loss, params0, t1=t1, ts=ts, args=args, solver=solver, max_steps=max_steps,
                               rtol=rtol, rest_stop=False, **extra)
 
@@ -174,7 +172,7 @@ def compute(cfg: dict, progress: bool = False) -> dict[str, np.ndarray]:
             t0 = time.perf_counter()
             ts = flow_times(cfg["t1"], cfg["points"], t_min=cfg["t_min"])
             sol = flow(loss, p0, args, t1=cfg["t1"], ts=ts, max_steps=cfg["max_steps"], rtol=cfg["rtol"],
-                       solver=cfg["solver"], policy=cfg.get("policy"))
+                       solver=cfg["solver"])
             runs["flow"] = (sol, time.perf_counter() - t0)
             advance(f"{name} flow")
             t_end = float(sol.t_end)
