@@ -78,6 +78,7 @@ import dataclasses
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -492,8 +493,6 @@ def measure(name: str, method: str, budget: float, quick: bool = False, emit=Non
     if emit is not None:
         emit(dict(head=head))
     res = RUNNERS[method](loss, params0, budget, emit=emit)
-    import resource
-
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return summarise({**head, **res, "load_after": os.getloadavg()[0], "peak_rss_mib": peak})
 
@@ -657,8 +656,7 @@ def _notes(r: dict) -> str:
     if r["over_budget"]:
         out.append("**its first unit of work already ended after the budget** (shown)")
     elif r["wall_all_s"] > r["budget_s"] * 1.01:
-        what = {"gradflow": "call", "gradflow-loose": "call", "gradflow-rkc": "call", "gd": "chunk",
-                "scipy": "step"}[r["method"]]
+        what = "call" if _is_gradflow(r) else {"gd": "chunk", "scipy": "step"}[r["method"]]
         last = r["points"][-1]
         comp = last.get("compile_s") or 0.0
         why = ""

@@ -239,9 +239,10 @@ def large_models(d: dict) -> str:
     lg = d.get("large")
     if not lg or lg.get("quick"):
         return "No full-budget run of `python -m benchmarks.large_models` is committed.\n"
-    names = {"gradflow": "`integrate` (auto, rtol 1e-8)", "gd": "GD at its stability limit"}
     from benchmarks.large_models import LOOSE_RTOL
-    names["gradflow-loose"] = f"`integrate` (auto, rtol {LOOSE_RTOL:g})"
+
+    names = {"gradflow": "`integrate` (auto, rtol 1e-8)", "gradflow-loose": f"`integrate` (auto, rtol {LOOSE_RTOL:g})",
+             "gd": "GD at its stability limit"}
     out = []
     for model in dict.fromkeys(r["model"] for r in lg["rows"]):
         rows = [r for r in lg["rows"] if r["model"] == model]

@@ -131,6 +131,9 @@ def test_replace_builds_a_checked_variant():
     (dict(explicit_round=0), r"^AutoPolicy explicit_round: got 0; expected an integer ≥ 1"),
     (dict(power_iterations=2.5), r"^AutoPolicy power_iterations: got 2.5; expected an integer ≥ 1"),
     (dict(krylov_min_state=-1), r"^AutoPolicy krylov_min_state: got -1; expected an integer ≥ 0"),
+    (dict(stabilised="rodas4-krylov"), r"^AutoPolicy stabilised: got 'rodas4-krylov'; expected an explicit solver"),
+    (dict(stabilised="rock2"), r"^AutoPolicy stabilised: got 'rock2'; expected an explicit solver"),
+    (dict(stabilised_min_state=-1), r"^AutoPolicy stabilised_min_state: got -1; expected an integer ≥ 0"),
     (dict(blas_threads=True), r"^AutoPolicy blas_threads: got True; expected an integer ≥ 1"),
 ])
 def test_bad_policies_are_refused(kw, match):

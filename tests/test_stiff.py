@@ -648,37 +648,11 @@ def test_auto_picks_krylov_only_above_its_state_size():
     assert spec(POLICY.krylov).gradient_only and spec(POLICY.krylov).code == 9
 
 
-def test_auto_runs_krylov_through_the_engine(monkeypatch):
-    """The stiff linear gradient flow through the engine (rest stop on) with the Krylov threshold
-    lowered to its 6 parameters: the implicit rounds run ``rodas4-krylov`` and the save points
-    agree with the matrix exponential (SciPy ``expm``)."""
-    import scipy.linalg
-
-    from gradflow._engine import batch
-    from gradflow._engine.settings import check_settings
-    from gradflow._engine.solve import Flow
-
-    A = _linear_stiff(True)
-    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
-    p0 = np.linspace(1.0, -1.0, 6)
-    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
-                                  max_steps=20000, solver="auto",
-                                  policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6))
-    used = _solvers_used(monkeypatch)
-    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
-    assert {s for s in used if s != "dopri8"} == {POLICY.krylov}, used
-    assert int(out.status_code) == int(S_status.ok)
-    expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
-    np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
-
-
-@pytest.mark.parametrize("gradient", [True, False])
-def test_auto_runs_rkc_through_the_engine(monkeypatch, gradient):
-    """The stiff linear flow through the engine (rest stop on) with the stabilised threshold lowered
-    to its 6 parameters: the gradient flow's stiff rounds run ``rkc`` (``AutoPolicy.stabilised``)
-    and its save points agree with the matrix exponential (SciPy ``expm``) to RKC's accuracy at
-    rtol 1e-8 (second order: 1e-6 relative); the non-symmetric field (negative control: ``auto``
-    never picks a method that assumes a symmetric Jacobian for it) runs the fallback Rodas4."""
+def _auto_through_engine(monkeypatch, gradient, policy, rtol=1e-8):
+    """The stiff linear flow (:func:`_linear_stiff`, 6 parameters, rest stop on) through the engine
+    under ``auto`` with ``policy`` at ``rtol`` (``atol = rtol/100``) to ``t1 = 1e3``: the solvers its
+    rounds ran besides Dopri8 (a set of names), its result, and the matrix exponential (SciPy
+    ``expm``) at its save points."""
     import scipy.linalg
 
     from gradflow._engine import batch
@@ -688,14 +662,38 @@ def test_auto_runs_rkc_through_the_engine(monkeypatch, gradient):
     A = _linear_stiff(gradient)
     flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
     p0 = np.linspace(1.0, -1.0, 6)
-    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=1e-8, atol=1e-10,
-                                  max_steps=20000, solver="auto",
-                                  policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6, stabilised_min_state=6))
+    settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=rtol, atol=rtol / 100,
+                                  max_steps=20000, solver="auto", policy=policy)
     used = _solvers_used(monkeypatch)
     out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
-    assert {s for s in used if s != "dopri8"} == ({POLICY.stabilised} if gradient else {POLICY.fallback}), used
-    assert int(out.status_code) == int(S_status.ok)
     expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
+    return {s for s in used if s != "dopri8"}, out, expect
+
+
+def test_auto_runs_krylov_through_the_engine(monkeypatch):
+    """The stiff linear gradient flow through the engine (rest stop on) with the Krylov threshold
+    lowered to its 6 parameters: the implicit rounds run ``rodas4-krylov`` and the save points
+    agree with the matrix exponential (SciPy ``expm``)."""
+    used, out, expect = _auto_through_engine(monkeypatch, True, POLICY.replace(eigen_min_state=1, krylov_min_state=6))
+    assert used == {POLICY.krylov}, used
+    assert int(out.status_code) == int(S_status.ok)
+    np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
+
+
+RKC_AT_6 = POLICY.replace(eigen_min_state=1, krylov_min_state=6, stabilised_min_state=6)
+"""The policy with its stabilised (and Krylov) threshold lowered to the 6 parameters of :func:`_linear_stiff`."""
+
+
+@pytest.mark.parametrize("gradient", [True, False])
+def test_auto_runs_rkc_through_the_engine(monkeypatch, gradient):
+    """The stiff linear flow through the engine (rest stop on) with the stabilised threshold lowered
+    to its 6 parameters: the gradient flow's stiff rounds run ``rkc`` (``AutoPolicy.stabilised``)
+    and its save points agree with the matrix exponential (SciPy ``expm``) to RKC's accuracy at
+    rtol 1e-8 (second order: 1e-6 relative); the non-symmetric field (negative control: ``auto``
+    never picks a method that assumes a symmetric Jacobian for it) runs the fallback Rodas4."""
+    used, out, expect = _auto_through_engine(monkeypatch, gradient, RKC_AT_6)
+    assert used == ({POLICY.stabilised} if gradient else {POLICY.fallback}), used
+    assert int(out.status_code) == int(S_status.ok)
     np.testing.assert_allclose(out.params, expect, rtol=1e-6, atol=1e-8)
 
 
@@ -704,8 +702,6 @@ def test_auto_rkc_cap_follows_the_run_rtol(monkeypatch):
     depends on it): a spy on :func:`stiff.phase_of_lanes` sees rtol 1e-6 after every round of a
     run at rtol 1e-6 (the stiff linear flow, stabilised threshold lowered to its 6 parameters)."""
     from gradflow._engine import batch
-    from gradflow._engine.settings import check_settings
-    from gradflow._engine.solve import Flow
 
     seen, orig = [], batch._stiff.phase_of_lanes
 
@@ -714,13 +710,7 @@ def test_auto_rkc_cap_follows_the_run_rtol(monkeypatch):
         return orig(*args, **kwargs)
 
     monkeypatch.setattr(batch._stiff, "phase_of_lanes", spy)
-    A = _linear_stiff(True)
-    settings, _ = check_settings(t1=1e3, ts=np.array([0.0, 1.0, 10.0]), rtol=1e-6, atol=1e-8, max_steps=20000,
-                                 solver="auto", policy=POLICY.replace(eigen_min_state=1, krylov_min_state=6,
-                                                                      stabilised_min_state=6))
-    flow = Flow(field=lambda p, args: -(args @ (p - 1.0)))
-    batch.run(flow, jnp.asarray(A), jnp.asarray(np.linspace(1.0, -1.0, 6))[None], settings.replace(lane=0),
-              devices=jax.local_devices())
+    _auto_through_engine(monkeypatch, True, RKC_AT_6, rtol=1e-6)
     later = seen[1:]  # the first call decides the first round, before any h·ρ
     assert later and all(r == 1e-6 for r in later), seen
 

@@ -16,8 +16,8 @@ ODEs II*, Sec. IV.10: "stiffness detection" as in DOP853 / LSODA-style switching
   (``policy.implicit``, one eigendecomposition per round), from ``policy.krylov_min_state``
   parameters on Rodas4 with conjugate-gradient solves on Jacobian–vector products
   (``policy.krylov``, no dense matrix), and from ``policy.stabilised_min_state`` parameters the
-  stabilised explicit ``policy.stabilised`` (RKC) in its place while the stages a step needs
-  (:func:`stages_needed`) fit RKC's cap (:func:`stage_limit`); otherwise and below
+  stabilised explicit ``policy.stabilised`` (RKC) in its place while a step needs no more
+  stages than RKC's cap (:func:`within_stage_cap`); otherwise and below
   ``policy.eigen_min_state`` parameters
   Rodas4 with an LU factorisation per step (``policy.fallback``;
   :mod:`gradflow._engine.rosenbrock`);
@@ -44,7 +44,7 @@ from . import chebyshev
 from .policy import DEFAULT_POLICY, AutoPolicy
 from .solvers import AUTO, code_of, spec
 
-__all__ = ["phase_of_lanes", "stages_needed", "stage_limit", "stiffness_ratio", "asymmetry", "blas_threads", "start_vector"]
+__all__ = ["phase_of_lanes", "within_stage_cap", "stiffness_ratio", "asymmetry", "blas_threads", "start_vector"]
 
 @functools.lru_cache(maxsize=1)
 def _threadpools():
@@ -146,17 +146,15 @@ def asymmetry(field, y, seed: int = 1):
     return jnp.where(n > 0, jnp.linalg.norm(jv - vj) / jnp.where(n > 0, n, 1.0), 0.0)
 
 
-def stages_needed(h_rho):
-    """The stages of one RKC step at ``h·ρ = h_rho`` (NumPy, elementwise; ``NaN`` stays ``NaN``):
-    ``1 + √(1 + 1.54·SAFETY·h·ρ)`` (:func:`gradflow._engine.chebyshev.stages_for` before its cap,
-    with the solver's safety factor on ``ρ``)."""
-    h_rho = np.maximum(np.asarray(h_rho, np.float64), 0.0)
-    return 1.0 + np.sqrt(1.0 + 1.54 * chebyshev.SAFETY * h_rho)
-
-
-def stage_limit(rtol) -> float:
-    """RKC's stage cap at ``rtol`` (a host float): :func:`gradflow._engine.chebyshev.stage_cap`."""
-    return float(chebyshev.stage_cap(float(rtol)))
+def within_stage_cap(h_rho, rtol) -> np.ndarray:
+    """Whether an RKC step at ``h·ρ = h_rho`` (NumPy ``(k,)``; ``NaN``, no measurement yet, counts
+    as within) needs no substeps at the run's ``rtol``: RKC's own rule
+    (:func:`gradflow._engine.chebyshev.stages_for` of ``SAFETY·h·ρ`` under
+    :func:`gradflow._engine.chebyshev.stage_cap`), so ``1 + √(1 + 1.54·1.2·h·ρ)`` stages at most
+    the cap ``√(rtol/(10 ε))``. Returns a ``(k,)`` bool array."""
+    h_rho = np.nan_to_num(np.asarray(h_rho, np.float64), nan=0.0)
+    k, _ = chebyshev.stages_for(chebyshev.SAFETY * h_rho, chebyshev.stage_cap(float(rtol)))
+    return np.asarray(k) == 1
 
 
 def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=None, h_rho=None, asym=None,
@@ -176,8 +174,8 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     number of parameters per lane: below ``policy.eigen_min_state`` the fallback runs too, from
     ``policy.krylov_min_state`` on ``policy.krylov`` runs in place of ``policy.implicit``, and from
     ``policy.stabilised_min_state`` on a symmetric lane runs ``policy.stabilised`` instead while
-    :func:`stages_needed` at its ``h_rho`` is at most :func:`stage_limit` of ``rtol`` (the run's
-    relative tolerance); ``policy`` the run's :class:`gradflow._engine.policy.AutoPolicy` (used
+    its ``h_rho`` is :func:`within_stage_cap` at ``rtol`` (the run's relative tolerance);
+    ``policy`` the run's :class:`gradflow._engine.policy.AutoPolicy` (used
     only for ``auto``).
 
     **Returns:** ``(codes, left, stiff)``: ``(k,)`` arrays of solver codes
@@ -201,7 +199,7 @@ def phase_of_lanes(solver: str, num_steps: np.ndarray, max_steps: int, stiff=Non
     if state_size >= p.stabilised_min_state:
         # a stiff gradient flow whose steps need no more stages than the cap: the stabilised
         # explicit method (the policy's ``stabilised`` field: the argument)
-        within = np.ones(num_steps.shape, bool) if h_rho is None else ~(stages_needed(h_rho) > stage_limit(rtol))
+        within = np.ones(num_steps.shape, bool) if h_rho is None else within_stage_cap(h_rho, rtol)
         implicit = np.where(symmetric & within, spec(p.stabilised).code, implicit)
     codes = np.where(stiff, implicit, code_of(p.explicit)).astype(np.int64)
     implicit_round = np.array([spec(c).auto_round or b for c, b in zip(implicit.ravel(), budget.ravel())],
