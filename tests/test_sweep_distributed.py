@@ -177,27 +177,51 @@ def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
     np.testing.assert_allclose(V3, V, rtol=1e-6, atol=1e-9)
 
 
+def _process_1_runs(configs=2, seeds=5, chunk=2) -> list[int]:
+    """Flat indices (configs outermost, then seeds, as the store's ``done`` ravels) of the runs in
+    process 1's chunks of 2 processes (chunk ``k`` goes to process ``k % 2``, configurations
+    outermost, as ``SweepSpec.chunks`` orders them): for :data:`SPLIT` with ``--chunk 2``, seeds
+    2-3 of n = 2, and 0-1 and 4 of n = 3."""
+    chunks = [(c, lo, min(lo + chunk, seeds)) for c in range(configs) for lo in range(0, seeds, chunk)]
+    return [c * seeds + s for k, (c, lo, hi) in enumerate(chunks) if k % 2 == 1 for s in range(lo, hi)]
+
+
 def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store(tmp_path, split_single):
     """Process 1 is interrupted (SIGINT, as Ctrl-C) once the store exists, before it has written
     a chunk: it exits 130; process 0 writes its own chunks, passes the final barrier and, finding
     the store incomplete, says so and exits 1 (not 0). The same sweep resumed on one process (the
-    test's) completes the store, bit for bit that of an uninterrupted one-process sweep."""
-    out = tmp_path / "sw.zarr"
-    port = _port()
-    grid = [*SPLIT, "--chunk", "2", "--peer-timeout", "120"]
-    procs = [_launch(out, port, pid, [], grid) for pid in (0, 1)]
-    try:
-        deadline = time.monotonic() + 300
-        while not (out / ".zattrs").exists():
-            assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
-                [p.communicate() for p in procs if p.poll() is not None]
-            time.sleep(0.02)
-        procs[1].send_signal(signal.SIGINT)
-        results = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+    test's) completes the store, bit for bit that of an uninterrupted one-process sweep.
+
+    No race with the peer: process 1 is frozen (SIGSTOP) as soon as the store exists, its chunks
+    (the odd ones) are checked to be unwritten while it cannot move, and only then is it sent SIGINT
+    and let go (SIGCONT), so the interrupt lands before it writes anything. If this test's own poll
+    came too late (under load process 1 can finish first), the scenario is run again afresh."""
+    for attempt in range(3):
+        out = tmp_path / f"sw{attempt}.zarr"
+        port = _port()
+        grid = [*SPLIT, "--chunk", "2", "--peer-timeout", "120"]
+        procs = [_launch(out, port, pid, [], grid) for pid in (0, 1)]
+        try:
+            deadline = time.monotonic() + 300
+            while not (out / ".zattrs").exists():
+                assert time.monotonic() < deadline and all(p.poll() is None for p in procs), \
+                    [p.communicate() for p in procs if p.poll() is not None]
+                time.sleep(0.005)
+            procs[1].send_signal(signal.SIGSTOP)
+            done = _done(out)
+            early = procs[1].poll() is not None or bool(done.size and done[_process_1_runs()].any())
+            if not early:
+                procs[1].send_signal(signal.SIGINT)
+            procs[1].send_signal(signal.SIGCONT)
+            results = [p.communicate(timeout=300) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+        if not early:
+            break
+    else:
+        pytest.fail("process 1 wrote a chunk before the test could freeze it, three times")
     assert [p.returncode for p in procs] == [1, 130], results
     assert "sweep: store INCOMPLETE: 5 of 10 runs written" in results[0][0], results[0]
     done = _done(out)
