@@ -82,6 +82,12 @@ drawn from.)"""
 
 SEED = 51
 """Seed of the sample (the issue's number)."""
+
+MOVED = {
+    "gradflow/trajectory.py": ("gradflow/solution.py", "gradflow/attention/trajectory.py"),
+    "gradflow/sweep.py": ("gradflow/attention/sweep.py",),
+}
+"""Where a file of the stored sample's commit lives now (``run --from-sample`` maps its sites here)."""
 SAMPLE_SIZE = 100
 
 WORK = ROOT / ".mutrand"
@@ -452,6 +458,52 @@ def tests_for(s: Site, cmap, bad=frozenset()) -> set[str]:
     return {t for t in out if t not in bad}
 
 
+# ------------------------------------------------------------------------------ the stored sample on moved sources
+
+def _enclosing_def(tree, line):
+    best = None
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.lineno <= line <= node.end_lineno:
+            if best is None or node.lineno > best.lineno:
+                best = node
+    return best
+
+
+def remap(entry: dict, commit: str, root: Path = ROOT) -> tuple[Site | None, str]:
+    """The site of a stored sample ``entry`` (drawn at ``commit``) in today's sources, and how it was
+    found. Same file (or its new home, :data:`MOVED`), same kind, old text, replacement, column and
+    whole source line; among several such lines, the one whose +-5 neighbouring lines agree most
+    with the old file's. A ``return`` whose expression has changed maps to the only ``return`` of
+    the same function (noted as such). ``None``: the site is gone."""
+    old_src = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{entry['file']}"],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    line = old_src[entry["line"] - 1]
+    ctx = old_src[max(0, entry["line"] - 6): entry["line"] + 5]
+    best, best_score = None, -1
+    for rel in MOVED.get(entry["file"], (entry["file"],)):
+        src = (root / rel).read_text().splitlines()
+        for c in _sites_of_file(rel, root):
+            if (c.kind, c.old, c.new, c.col) == (entry["kind"], entry["old"], entry["new"], entry["col"]) \
+                    and src[c.line - 1] == line:
+                score = sum(ln in ctx for ln in src[max(0, c.line - 6): c.line + 5])
+                if score > best_score:
+                    best, best_score = c, score
+    if best is not None:
+        return best, "same text" if (best.file, best.line) == (entry["file"], entry["line"]) else \
+            f"same text, now {best.file}:{best.line}"
+    if entry["kind"] == "return":
+        fn = _enclosing_def(ast.parse("\n".join(old_src)), entry["line"])
+        for rel in MOVED.get(entry["file"], (entry["file"],)):
+            tree = ast.parse((root / rel).read_text())
+            defs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and fn is not None and n.name == fn.name]
+            rets = [c for c in _sites_of_file(rel, root) if c.kind == "return"
+                    and any(d.lineno <= c.line <= d.end_lineno for d in defs)]
+            if len(rets) == 1:
+                return rets[0], f"the only return of {fn.name}() (its expression changed), now {rel}:{rets[0].line}"
+    return None, "gone"
+
+
 # ------------------------------------------------------------------------------ pytest plugin
 # Loaded in the mutant's pytest (-p tests.mutate_random): keeps the collected items whose node id
 # is listed in $MUTRAND_SELECT (one per line), files ordered by their tests' baseline time.
@@ -581,6 +633,15 @@ def main(argv=None) -> int:
     r.add_argument("--files", nargs="*", help="run against these test files (e.g. all of tests/)")
     r.add_argument("--results", default=str(WORK / "results.jsonl"))
     r.add_argument("--deadline", help="HH:MM UTC: start no mutant after it")
+    r.add_argument("--from-sample", action="store_true",
+                   help="take the sites from tests/mutate_random_sample.json (drawn at its commit) mapped onto "
+                        "today's sources (remap), instead of drawing anew")
+    r.add_argument("--tests-from", metavar="JSON",
+                   help="each position's covering tests from this file ({pos: [node ids]}; e.g. computed from the "
+                        "coverage map of the sample's commit) instead of the coverage map in .mutrand")
+    r.add_argument("--timeout", type=float,
+                   help="seconds: a run longer than this counts as a kill by timeout (default: 3x the covering "
+                        "tests' baseline + 60 s; 3600 s with --files)")
     r.add_argument("--cap", type=float, help="seconds: stop a mutant's run after this (status 'stopped (cap)', unresolved)")
     rep = sub.add_parser("report", help="a markdown table of a results file (the last row per sample position)")
     rep.add_argument("results", nargs="*", default=[str(WORK / "results.jsonl")], help="results files (later rows win)")
@@ -615,8 +676,18 @@ def main(argv=None) -> int:
         print(", ".join(f"{k}: {v}" for k, v in sorted(counts.items())) + f" (of {len(rows)} run)")
         return 0
 
-    sites = all_sites()
-    sample = draw(sites)
+    if args.cmd == "run" and args.from_sample:
+        stored = json.loads(SAMPLE_FILE.read_text())
+        sites, sample, how = [], [], {}
+        for e in stored["sample"]:
+            site, note = remap(e, stored["commit"])
+            how[e["pos"]] = note
+            sample.append(len(sites))
+            sites.append(site)
+    else:
+        sites = all_sites()
+        sample = draw(sites)
+        how = {}
     if args.cmd == "sites":
         per_file: dict[str, int] = {}
         per_kind: dict[str, int] = {}
@@ -634,7 +705,12 @@ def main(argv=None) -> int:
         return 0
 
     # run
-    cmap = coverage_map()
+    given = None
+    if args.tests_from:
+        given = {int(k): v for k, v in json.loads(Path(args.tests_from).read_text()).items()}
+        cmap = {}
+    else:
+        cmap = coverage_map()
     times, bad = junit_times()
     results = Path(args.results)
     done = set()
@@ -653,17 +729,26 @@ def main(argv=None) -> int:
                     print(f"deadline {args.deadline} reached; stopping", file=sys.stderr)
                     break
                 s = sites[sample[pos]]
+                if s is None:
+                    row = dict(pos=pos, index=sample[pos], site="(gone)", status="site gone", rc=None, test="",
+                               seconds=0.0, n_tests=0, mapped=how.get(pos))
+                    with results.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+                    continue
                 if args.files or args.files_importing:
                     files = args.files or importing_test_files(s.file)
-                    row = run_mutant(s, work, [], times, files_only=files, timeout=3600)
+                    row = run_mutant(s, work, [], times, files_only=files, timeout=args.timeout or 3600)
                     row["files"] = files
                 else:
-                    tests = sorted(tests_for(s, cmap, bad))
+                    tests = sorted(tests_for(s, cmap, bad)) if given is None else \
+                        [t for t in given.get(pos, []) if (ROOT / t.split("::")[0]).exists()]
                     if not tests:
                         row = dict(status="not covered", rc=None, test="", seconds=0.0, n_tests=0)
                     else:
-                        row = run_mutant(s, work, tests, times, cap=args.cap)
+                        row = run_mutant(s, work, tests, times, timeout=args.timeout, cap=args.cap)
                 row = dict(pos=pos, index=sample[pos], site=s.describe(), **row)
+                if pos in how:
+                    row["mapped"] = how[pos]
                 with results.open("a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(f"[{pos}] {row['status']:9s} {row['seconds']:7.1f}s n={row['n_tests']} {s.describe()} {row['test']}",
