@@ -39,6 +39,9 @@ Rerun (CPU-heavy; about an hour on 2 cores)::
     nice -n 10 python -m tests.mutate_random run [--only 3 17] [--cap 300] [--deadline 06:52]
     # survivors against every test file importing their module, or given files
     nice -n 10 python -m tests.mutate_random run --only 16 --files-importing --results .mutrand/wide.jsonl
+    # the stored sample (drawn at its commit) on today's sources, with the covering tests computed
+    # from that commit's coverage map (files moved since: MOVED); how each site was found is recorded
+    nice -n 10 python -m tests.mutate_random run --from-sample --tests-from tests.json --only 29 30
     # 4. the table of results
     python -m tests.mutate_random report .mutrand/results.jsonl
 

@@ -1,4 +1,4 @@
-"""``benchmarks/large_models.py``: its quick mode end to end (every model, every method, in this
+"""``benchmarks/large_models.py``: its quick mode end to end (every method on the deep linear net; every model in the slow run; in this
 process), the choice of the reported checkpoint, and its report from given numbers. No speed is
 asserted: the numbers come from ``python -m benchmarks.large_models``."""
 
@@ -14,21 +14,29 @@ LABELS = {"gradflow": "gradflow `integrate` (auto)", "gradflow-loose": "gradflow
           "gd": "GD at its stability limit", "scipy": "SciPy "}
 
 
-def test_quick_mode_writes_every_model_and_method(tmp_path):
+@pytest.mark.parametrize("models", [
+    ("deep-linear",),
+    pytest.param(None, marks=pytest.mark.slow, id="every-model"),  # ~60 s on 2 cores: every model's programs
+])
+def test_quick_mode_writes_every_model_and_method(tmp_path, models):
+    """Every method on one model (the default run), or on every model (slow): the same code path per
+    model, each model compiling its own programs."""
     out = tmp_path / "LARGE_MODELS.md"
-    assert lm.main(["--quick", "--out", str(out)]) == 0  # ~35 s on two cores (not asserted: no timed tests)
+    only = [] if models is None else [a for m in models for a in ("--only", m)]
+    assert lm.main(["--quick", "--out", str(out), *only]) == 0  # not timed: no timed tests
     text = out.read_text()
     res = json.loads((tmp_path / "LARGE_MODELS.json").read_text())
     assert res["quick"] and res["budget_s"] == lm.QUICK_BUDGET
     rows = {(r["model"], r["method"]): r for r in res["rows"]}
-    assert set(rows) == {(m.name, k) for m in lm.MODELS for k in lm.METHODS}
+    chosen = [m for m in lm.MODELS if models is None or m.name in models]
+    assert set(rows) == {(m.name, k) for m in chosen for k in lm.METHODS}
     for (name, method), r in rows.items():
         line = [ln for ln in text.splitlines() if ln.startswith(f"| {name} |") and LABELS[method] in ln]
         assert len(line) == 1, (name, method, line)
         for key in ("t", "loss", "loss0", "wall_s"):
             assert math.isfinite(r[key]), (name, method, key, r[key])
         assert r["t"] >= 0 and r["count"] >= 1, r  # every method did some work, even after a compile past the budget
-    for m in lm.MODELS:
+    for m in chosen:
         # the start loss, computed by each method on its own (gradflow: its first save point; GD: its
         # compiled loss; SciPy: a jitted loss of the raveled parameters), is one number
         l0 = [rows[m.name, k]["loss0"] for k in lm.METHODS]

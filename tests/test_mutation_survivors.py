@@ -94,3 +94,98 @@ def test_rodas4_eigh_refines_each_stage_with_the_documented_three_sweeps():
     assert "three sweeps keep rodas4's order 4" in guide
     solver = solvers.make_solver(solvers.code_of("rodas4-eigh"), 1e-8, 1e-10)
     assert solver.linear.iterations == 3
+
+
+def test_every_engine_program_of_a_single_run_compiles_with_the_fast_options():
+    """A single run is compile-bound, so every engine program it runs is compiled with
+    ``FAST_COMPILE`` (``_fastjit``'s rule, docs/solvers.md: a solve of fewer than ``UNROLL_LANES``
+    lanes of fewer than ``UNROLL_STATE`` floats), never with XLA's default options; also the
+    stiffness estimate and the stall probe, which only a stiff or a stalling flow runs. Here the
+    gradient flow of ``L = −Σθ³/3`` (``θ' = θ²``, blow-up at ``t = 1/θ₀``) stalls at its wall, which
+    runs the stall probe. (Kills the random mutant that inverted the stall probe's predicate.)"""
+    import numpy as np
+
+    import gradflow
+    from gradflow._engine import _fastjit, _pinned
+    from gradflow._engine import batch as _batch
+
+    if _pinned.jaxlib.__version__ not in _pinned.TESTED_JAX:  # the installed jaxlib decides, not the value under test
+        pytest.skip("no fast-compile options on an untested jaxlib (gradflow/_engine/_pinned.py)")
+    programs = {"stall probe": _batch._stall_probe_jit, "stiffness": _batch._stiffness_jit}
+    sizes = lambda: {k: (p.jitted._cache_size(), p.jitted_for(_fastjit.FAST_COMPILE)._cache_size())
+                     for k, p in programs.items()}
+    before = sizes()
+    sol = gradflow.integrate(lambda th: -jnp.sum(th**3) / 3, jnp.asarray([1.0, 0.5, 0.25]), t1=10.0,
+                             ts=np.asarray([0.0, 0.5, 10.0]))
+    assert sol.status in ("stalled", "nonfinite") and 0.9 < float(sol.t_end) < 1.0 + 1e-6, (sol.status, sol.t_end)
+    after = sizes()
+    assert after["stall probe"][1] > before["stall probe"][1], (before, after)  # the probe ran, fast options
+    for k in programs:
+        assert after[k][0] == before[k][0], (k, before, after)  # never XLA's default options
+
+
+def test_unrolled_dopri8_evaluates_the_field_as_often_as_diffrax_dopri8():
+    """Dopri8 (14 stages) is "first same as last": after the first step each step reuses the field
+    at the last stage and evaluates 13 new ones. ``UnrolledDopri8`` (gradflow's unrolled stages) must evaluate
+    the field exactly as often as ``diffrax.Dopri8`` (the independent reference) over the same
+    solve, with the same steps: counted at run time by a host callback in the field. (Kills the
+    random mutant that marked every step as a first step: same results, one more gradient per
+    step.)"""
+    import diffrax
+    import jax
+    import numpy as np
+
+    from gradflow._engine.erk import UnrolledDopri8
+
+    calls = []
+
+    def field(t, y, args):
+        jax.debug.callback(lambda: calls.append(1))
+        return -args * y + jnp.sin(t)
+
+    def count(solver):
+        calls.clear()
+        sol = jax.jit(lambda y0: diffrax.diffeqsolve(
+            diffrax.ODETerm(field), solver, 0.0, 5.0, None, y0, args=jnp.asarray([0.5, 3.0]),
+            stepsize_controller=diffrax.PIDController(rtol=1e-9, atol=1e-11)))(jnp.ones(2))
+        jax.effects_barrier()
+        return len(calls), int(sol.stats["num_steps"]), int(sol.stats["num_rejected_steps"])
+
+    ours, theirs = count(UnrolledDopri8()), count(diffrax.Dopri8())
+    assert ours == theirs, (ours, theirs)
+    n_calls, steps, _ = theirs  # diffrax's num_steps counts the rejected steps too
+    # 13 per step and a few for the first step and the initial step size; without the reuse, 14 per step
+    assert steps > 5 and 13 * steps <= n_calls <= 13 * steps + 3 < 14 * steps, theirs
+
+
+@pytest.mark.parametrize("name", ["Settings", "Round", "SolveOptions", "AutoPolicy"])
+def test_engine_settings_objects_take_every_field_by_keyword_only(name):
+    """The engine's settings objects and the public ``AutoPolicy`` are keyword-only (``Settings``
+    and ``AutoPolicy``: "every field by keyword"; ``SolveOptions``: "Keyword-only"; ``Round`` built
+    the same way): a positional argument is a ``TypeError``, and every field is a keyword field. (Kills the random mutant that dropped ``kw_only`` from
+    ``Settings``.)"""
+    import gradflow
+    from gradflow._engine import settings
+
+    cls = gradflow.AutoPolicy if name == "AutoPolicy" else getattr(settings, name)
+    fields = [f for f in dataclasses.fields(cls) if f.init]
+    assert fields and all(f.kw_only for f in fields), [f.name for f in fields if not f.kw_only]
+    with pytest.raises(TypeError, match="positional"):
+        cls(*(None for _ in fields))
+
+
+def test_a_tested_jax_turns_on_the_serialised_solves_and_the_fast_compile_options():
+    """On a jax and jaxlib listed in ``TESTED_JAX`` (the versions they were tested on), the
+    serialised solves (``EXPORT_ACTIVE``) and the fast-compile options (``FAST_COMPILE``) are on;
+    the tests of both skip on an untested jax only, decided from the installed versions. (Kills the
+    random mutant that turned the jaxlib test of ``EXPORT_ACTIVE`` around: every export test
+    skipped.)"""
+    import jax
+    import jaxlib
+
+    from gradflow._engine import _fastjit, _pinned
+
+    if jax.__version__ not in _pinned.TESTED_JAX or jaxlib.__version__ not in _pinned.TESTED_JAX:
+        pytest.skip(f"jax {jax.__version__} / jaxlib {jaxlib.__version__} untested")
+    assert _pinned.EXPORT_ACTIVE
+    assert _fastjit.FAST_COMPILE == (("xla_cpu_use_fusion_emitters", False),)

@@ -561,6 +561,9 @@ def test_krylov_solve_is_the_dense_solve():
         np.testing.assert_allclose(xi, np.linalg.solve(np.eye(3) - Gi, np.asarray(r)), rtol=0, atol=1e-12)
 
 
+@pytest.mark.slow  # ~24 s on 2 cores; default run: the Krylov stage solve equals the dense solve
+# (test_krylov_solve_is_the_dense_solve), and dense RODAS4 keeps order 4 (test_rodas4_alone_matches_radau,
+# test_engine_interior.py::test_tableaux_satisfy_their_order_conditions)
 def test_krylov_rodas4_is_order_four():
     """RODAS4 with the exact Jacobian applied by Jacobian–vector products and CG stage solves to a
     fraction of tight tolerances keeps order 4: fixed steps on the nonlinear gradient flow with a
