@@ -192,10 +192,13 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
     the store incomplete, says so and exits 1 (not 0). The same sweep resumed on one process (the
     test's) completes the store, bit for bit that of an uninterrupted one-process sweep.
 
-    No race with the peer: process 1 is frozen (SIGSTOP) as soon as the store exists, its chunks
-    (the odd ones) are checked to be unwritten while it cannot move, and only then is it sent SIGINT
-    and let go (SIGCONT), so the interrupt lands before it writes anything. If this test's own poll
-    came too late (under load process 1 can finish first), the scenario is run again afresh."""
+    Process 1 is frozen (SIGSTOP) as soon as the store exists, its chunks are checked to be
+    unwritten while it cannot move, and only then is it sent SIGINT and let go (SIGCONT). If this
+    test's poll came too late (process 1 had written a chunk), or the interrupt did not stop
+    process 1 before it finished (both processes exit 0 with the store complete: seen under
+    ``-n 2`` with empty caches, about one run in four, cause not found; never in a standalone
+    loop of the same steps), the scenario is run again afresh, at most three times: an interrupt
+    that never lands still fails the test."""
     for attempt in range(3):
         out = tmp_path / f"sw{attempt}.zarr"
         port = _port()
@@ -218,10 +221,11 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        if not early:
+        late = [p.returncode for p in procs] == [0, 0] and bool(_done(out).all())
+        if not (early or late):
             break
     else:
-        pytest.fail("process 1 wrote a chunk before the test could freeze it, three times")
+        pytest.fail(f"process 1 was not interrupted before it finished, three times (last: {results})")
     assert [p.returncode for p in procs] == [1, 130], results
     assert "sweep: store INCOMPLETE: 5 of 10 runs written" in results[0][0], results[0]
     done = _done(out)
