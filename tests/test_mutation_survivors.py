@@ -159,10 +159,13 @@ def test_unrolled_dopri8_evaluates_the_field_as_often_as_diffrax_dopri8():
 
 
 @pytest.mark.parametrize("name", ["Settings", "Round", "SolveOptions", "AutoPolicy"])
-def test_engine_settings_objects_take_every_field_by_keyword_only(name):
-    """The engine's settings objects and the public ``AutoPolicy`` are keyword-only (``Settings``
-    and ``AutoPolicy``: "every field by keyword"; ``SolveOptions``: "Keyword-only"; ``Round`` built
-    the same way): a positional argument is a ``TypeError``, and every field is a keyword field. (Kills the random mutant that dropped ``kw_only`` from
+def test_engine_settings_objects_are_immutable_and_keyword_only(name):
+    """The engine's settings objects and the public ``AutoPolicy`` are immutable and keyword-only
+    (``Settings``, ``AutoPolicy``: "every field by keyword"; ``SolveOptions``: "Keyword-only and
+    immutable"; ``AutoPolicy`` is part of the key of compiled programs, so a policy changed after
+    a program was compiled for it would be a silent error; ``Round`` is built the same way): a
+    field cannot be assigned (``FrozenInstanceError``), a positional argument is a ``TypeError``, and
+    every field is a keyword field. (Kills the random mutant that dropped ``frozen`` from
     ``Settings``.)"""
     import gradflow
     from gradflow._engine import settings
@@ -172,6 +175,9 @@ def test_engine_settings_objects_take_every_field_by_keyword_only(name):
     assert fields and all(f.kw_only for f in fields), [f.name for f in fields if not f.kw_only]
     with pytest.raises(TypeError, match="positional"):
         cls(*(None for _ in fields))
+    obj = object.__new__(cls)  # no validation: only the class's own machinery is tested
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(obj, fields[0].name, None)
 
 
 def test_a_tested_jax_turns_on_the_serialised_solves_and_the_fast_compile_options():
