@@ -607,7 +607,7 @@ def run_mutant(s: Site, work: Path, tests: list[str], times: dict[str, float], f
         status = f"harness error (pytest exit {rc})"
     return dict(status=status, rc=rc, test=hit.group(2) if hit else "", seconds=round(seconds, 1),
                 n_tests=len(tests), selected=found, baseline_s=round(base_t, 1) if base_t is not None else None,
-                timeout_s=round(timeout), tail=out[-1500:] if status not in ("killed", "survived") else "")
+                timeout_s=round(timeout), tail=out[-1500:] if status != "survived" else "")
 
 
 def importing_test_files(module_file: str) -> list[str]:
