@@ -225,6 +225,25 @@ def test_krylov_stage_solves_stop_at_one_percent_of_the_step_tolerance():
         assert ratio.max() <= 1e-2 and ratio.max() > 0.4e-2, (h, ratio.max())
 
 
+def test_held_inverse_is_rebuilt_after_32_steps_on_one_matrix():
+    """``ros34pw2``'s ``W⁻¹`` (``HeldInverse``) serves at most 32 accepted steps at a held step
+    size (``MAX_AGE``, docs/solvers.md's threshold table): with a matrix 31 steps old it is reused
+    (inside: the stale matrix passed in comes back, age 32), with one 32 steps old it is rebuilt from
+    the Jacobian (outside: ``(I/(hγ) − J)⁻¹`` computed here by hand, age 0); a changed step size
+    rebuilds it at any age (the control)."""
+    lam = jnp.asarray([1.0, 3.0, 10.0])
+    f = lambda t, x: -lam * x  # noqa: E731
+    h, gamma, y = 0.5, 0.25, jnp.ones(3)
+    stale = 7.0 * jnp.eye(3)
+    fresh = np.linalg.inv(np.eye(3) / (h * gamma) + np.diag(np.asarray(lam)))
+    held = rosenbrock.HeldInverse()
+    one = jax.jit(lambda age, h_w: held.prepare(f, 0.0, h, gamma, y, 3, (stale, h_w, age))[1])
+    for age, h_w, rebuilt in ((31, h, False), (32, h, True), (3, 2 * h, True)):
+        inv_w, h_new, age_new = one(jnp.asarray(age, jnp.int32), jnp.asarray(h_w))
+        np.testing.assert_allclose(np.asarray(inv_w), fresh if rebuilt else np.asarray(stale), rtol=1e-12)
+        assert (int(age_new), float(h_new)) == ((0, h) if rebuilt else (age + 1, h)), (age, h_w)
+
+
 # ---------------------------------------------------------------- RKC's stage rule and power iteration
 
 
