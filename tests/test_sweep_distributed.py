@@ -35,10 +35,20 @@ def _launch(out, port, pid, seeds, grid=GRID):
     """Process ``pid`` of 2 of the sweep ``seeds + grid`` into ``out``, coordinated on 127.0.0.1:``port``."""
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
     env.update(PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]), JAX_PLATFORMS="cpu")
-    return subprocess.Popen(
-        [sys.executable, "-m", "gradflow.app.cli", "sweep", str(out), *seeds, *grid, "--coordinator", f"127.0.0.1:{port}",
-         "--num-processes", "2", "--process-id", str(pid), "--init-timeout", "240"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    argv = ["gradflow", "sweep", str(out), *seeds, *grid, "--coordinator", f"127.0.0.1:{port}",
+            "--num-processes", "2", "--process-id", str(pid), "--init-timeout", "240"]
+    return subprocess.Popen([sys.executable, "-c", _CTRL_C_AS_FROM_A_SHELL + f"sys.argv = {argv!r}; "
+                             "runpy.run_module('gradflow.app.cli', run_name='__main__', alter_sys=True)"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+_CTRL_C_AS_FROM_A_SHELL = ("import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                           "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT}); ")
+"""Python's own Ctrl-C handler, SIGINT unblocked, as in a process started from a shell: ignored or
+blocked signals are inherited across ``exec`` and Python installs its handler only where SIGINT is
+not ignored, and a test runner's worker may pass SIGINT on ignored (seen in the full default run:
+an interrupted sweep process went on and finished, three times in a row; ``tests/test_jobs.py``
+meets the same)."""
 
 
 def _both(out, seeds, grid=GRID):
@@ -193,12 +203,10 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
     test's) completes the store, bit for bit that of an uninterrupted one-process sweep.
 
     Process 1 is frozen (SIGSTOP) as soon as the store exists, its chunks are checked to be
-    unwritten while it cannot move, and only then is it sent SIGINT and let go (SIGCONT). If this
-    test's poll came too late (process 1 had written a chunk), or the interrupt did not stop
-    process 1 before it finished (both processes exit 0 with the store complete: seen under
-    ``-n 2`` with empty caches, about one run in four, cause not found; never in a standalone
-    loop of the same steps), the scenario is run again afresh, at most three times: an interrupt
-    that never lands still fails the test."""
+    unwritten while it cannot move, and only then is it sent SIGINT and let go (SIGCONT), so the
+    interrupt lands before it writes anything; the processes get SIGINT as from a shell
+    (:data:`_CTRL_C_AS_FROM_A_SHELL`). If this test's poll came too late (process 1 had written a
+    chunk), the scenario is run again afresh, at most three times."""
     for attempt in range(3):
         out = tmp_path / f"sw{attempt}.zarr"
         port = _port()
@@ -221,11 +229,10 @@ def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        late = [p.returncode for p in procs] == [0, 0] and bool(_done(out).all())
-        if not (early or late):
+        if not early:
             break
     else:
-        pytest.fail(f"process 1 was not interrupted before it finished, three times (last: {results})")
+        pytest.fail("process 1 wrote a chunk before the test could freeze it, three times")
     assert [p.returncode for p in procs] == [1, 130], results
     assert "sweep: store INCOMPLETE: 5 of 10 runs written" in results[0][0], results[0]
     done = _done(out)
