@@ -115,6 +115,8 @@ def test_check_results_survive_pickling():
         back[0].details["new"] = 1
 
 
+@pytest.mark.slow  # ~25 s on 2 cores; the default run's other tests here run pieces in worker processes,
+# and .ci/run's `gradflow figures --quick` builds every figure with the default --jobs (2 there)
 def test_figures_in_parallel_equal_one_process(tmp_path, monkeypatch, capfd):
     """Two cheap figures built by two worker processes (``--jobs 2``: the parallel path was taken)
     give the data, summaries and lines that this process alone gives (``--jobs 1``: the control,

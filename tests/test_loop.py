@@ -126,6 +126,9 @@ def _implicit_lanes_agree(code):
         np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.slow  # ~30 s on 2 cores (6 programs compiled twice); in the default run the loop is compared
+# with diffeqsolve per solver (test_every_solver_takes_diffeqsolves_steps_bit_for_bit) and every engine solve
+# runs vmapped lanes (batches against single runs: test_integrate.py, test_simulate.py, test_performance.py)
 def test_vmapped_lanes_from_different_start_times():
     """Under ``vmap`` the explicit solves are the same bit for bit, also for a lane that starts at
     ``t1`` (no step; the fill after the loop runs for it alone). An implicit one's batched linear

@@ -113,7 +113,7 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     V0, a0 = 0.1 * rng.randn(8, 8), 0.0 * rng.randn(8)
     bs = rng.randn(8)
     teacher = gradflow.LogisticTeacher(bs / np.linalg.norm(bs))
-    for t1 in (1e2, 1e6, 1e12):
+    for t1 in (1e2, 1e12):
         h_rho, out = _h_rho_at_end(teacher, V0, a0, t1, 16384)
         assert float(out.tau_end) == pytest.approx(np.log1p(t1)) and h_rho < 0.5 * BOUNDARY_ON, (t1, h_rho)
 
