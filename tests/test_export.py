@@ -14,12 +14,12 @@ import pytest
 
 from gradflow._engine import _pinned
 
+from gradflow._engine import _export, _fastjit
+from gradflow._engine import batch as _batch
+
 # skipped only on an untested jax/jaxlib, decided from the installed versions (not from the flag
 # under test, which a bug could turn off on a tested jax: the tests would then skip and pass)
 _ON_TESTED_JAX = _pinned.jax.__version__ in _pinned.TESTED_JAX and _pinned.jaxlib.__version__ in _pinned.TESTED_JAX
-
-from gradflow._engine import _export, _fastjit
-from gradflow._engine import batch as _batch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -117,39 +117,27 @@ def test_budget_max_steps_and_stall_end_as_in_diffeqsolve(code):
             assert ours.result != diffrax.RESULTS.successful, kw
 
 
-def _implicit_lanes_agree(code):
-    lanes = ([0.0, 1.5, 3.9, 0.7], [1e-3, 1e-3, 1e-3, 0.3])
-    ours, ref = _run(_ours, code, batched=lanes), _run(_reference, code, batched=lanes)
-    np.testing.assert_array_equal(ours.result._value, ref.result._value)
-    np.testing.assert_allclose(ours.t_end, ref.t_end, rtol=1e-8)
-    for u, v in zip(jax.tree.leaves((ours.y_end, ours.ys)), jax.tree.leaves((ref.y_end, ref.ys))):
-        np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
-
-
-@pytest.mark.slow  # ~30 s on 2 cores (6 programs compiled twice); in the default run the loop is compared
+@pytest.mark.slow  # ~60 s on 2 cores (9 programs compiled twice); in the default run the loop is compared
 # with diffeqsolve per solver (test_every_solver_takes_diffeqsolves_steps_bit_for_bit) and every engine solve
 # runs vmapped lanes (batches against single runs: test_integrate.py, test_simulate.py, test_performance.py)
 def test_vmapped_lanes_from_different_start_times():
-    """Under ``vmap`` the explicit solves are the same bit for bit, also for a lane that starts at
-    ``t1`` (no step; the fill after the loop runs for it alone). An implicit one's batched linear
-    algebra is compiled in a different context, so (as with ``diffeqsolve`` itself, whose lanes
-    differ in the last bits between a batch of 4 and a batch of 1) its lanes agree to round-off
-    amplified by the step control, well inside the tolerance, with the same statuses:
-    :func:`test_vmapped_implicit_lanes_from_different_start_times` (slow)."""
+    """Under ``vmap`` the explicit solves are the same bit for bit. An implicit one's batched
+    linear algebra is compiled in a different context, so (as with ``diffeqsolve`` itself, whose
+    lanes differ in the last bits between a batch of 4 and a batch of 1) its lanes agree to
+    round-off amplified by the step control, well inside the tolerance, with the same statuses."""
     lanes = ([0.0, 1.5, 3.9, 0.7], [1e-3, 1e-3, 1e-3, 0.3])
     for code in (1, 2, 3):  # tsit5, dopri5, dopri8 (its unrolled stages under vmap)
         _same(_run(_ours, code, batched=lanes), _run(_reference, code, batched=lanes))
     # a lane that starts at t1 (no step; the fill after the loop runs for it alone)
     at_end = ([0.0, 4.0, 0.7], [1e-3, 1e-3, 0.3])
     _same(_run(_ours, 3, batched=at_end), _run(_reference, 3, batched=at_end))
-
-
-@pytest.mark.slow  # ~40 s on 2 cores: 5 implicit programs, each compiled twice
-def test_vmapped_implicit_lanes_from_different_start_times():
-    """As above for Kvaerno5, RODAS4 and RODAS4 with Krylov stage solves; and one lane under
-    ``vmap`` is the same bit for bit for RODAS4 and its Krylov form."""
     for code in (4, 5, 9):  # kvaerno5, rodas4, rodas4-krylov
-        _implicit_lanes_agree(code)
+        ours, ref = _run(_ours, code, batched=lanes), _run(_reference, code, batched=lanes)
+        np.testing.assert_array_equal(ours.result._value, ref.result._value)
+        np.testing.assert_allclose(ours.t_end, ref.t_end, rtol=1e-8)
+        for u, v in zip(jax.tree.leaves((ours.y_end, ours.ys)), jax.tree.leaves((ref.y_end, ref.ys))):
+            np.testing.assert_allclose(u, v, rtol=1e-6, atol=1e-9)
+    # one lane under vmap: bit for bit for these solvers too
     for code in (5, 9):
         _same(_run(_ours, code, batched=([0.7], [1e-3])), _run(_reference, code, batched=([0.7], [1e-3])))
 

@@ -187,13 +187,15 @@ def test_a_seed_is_bit_equal_however_the_sweep_is_split(tmp_path, split_single):
     np.testing.assert_allclose(V3, V, rtol=1e-6, atol=1e-9)
 
 
-def _process_1_runs(configs=2, seeds=5, chunk=2) -> list[int]:
-    """Flat indices (configs outermost, then seeds, as the store's ``done`` ravels) of the runs in
-    process 1's chunks of 2 processes (chunk ``k`` goes to process ``k % 2``, configurations
-    outermost, as ``SweepSpec.chunks`` orders them): for :data:`SPLIT` with ``--chunk 2``, seeds
-    2-3 of n = 2, and 0-1 and 4 of n = 3."""
-    chunks = [(c, lo, min(lo + chunk, seeds)) for c in range(configs) for lo in range(0, seeds, chunk)]
-    return [c * seeds + s for k, (c, lo, hi) in enumerate(chunks) if k % 2 == 1 for s in range(lo, hi)]
+def _process_1_runs() -> list[int]:
+    """Flat indices (configurations outermost, then seeds, as the store's ``done`` ravels) of the
+    runs in process 1's chunks of 2 processes (chunk ``k`` of ``SweepSpec.chunks`` goes to process
+    ``k % 2``) for :data:`SPLIT` with ``--chunk 2``: seeds 2-3 of n = 2, and 0-1 and 4 of n = 3."""
+    from gradflow.attention.sweep import SweepSpec
+
+    spec = SweepSpec(seed_start=0, seed_stop=5, chunk=2, n=(2, 3))
+    seeds = spec.seed_stop - spec.seed_start
+    return [c * seeds + s for k, (c, lo, hi) in enumerate(spec.chunks()) if k % 2 == 1 for s in range(lo, hi)]
 
 
 def test_a_peer_gone_early_gives_exit_1_and_one_process_completes_the_same_store(tmp_path, split_single):
