@@ -42,8 +42,10 @@ def figure(nrows: int = 1, ncols: int = 2, height: float = 2.4, **kwargs):
 
 def too_small(fig, minimum: float = NOTE) -> list[tuple[str, float]]:
     """``(text, size)`` of every visible, non-empty text of ``fig`` below ``minimum`` points:
-    titles, labels, tick labels, legends and notes (empty for a figure that keeps to :data:`NOTE`)."""
-    fig.canvas.draw()  # tick labels exist only once drawn
+    titles, labels, tick labels, legends and notes (empty for a figure that keeps to :data:`NOTE`).
+    Draws ``fig`` first unless it is drawn as it stands (``fig.stale`` false)."""
+    if fig.stale:
+        fig.canvas.draw()  # tick labels exist only once drawn
     out = []
     for t in fig.findobj(matplotlib.text.Text):
         if t.get_visible() and t.get_text().strip() and t.get_fontsize() < minimum:
@@ -70,9 +72,12 @@ def covered(fig, *, samples: int = 8) -> list[tuple[str, int]]:
     bar tops (each line segment sampled at ``samples`` points in display space, so a curve
     crossing the box between two vertices counts too) fall inside the legend's box. Empty for
     a figure whose legends sit on empty space; figure-level legends (outside the axes) are not
-    checked."""
-    fig.canvas.draw()
-    fig.canvas.draw()  # as in place_legends: the layout settles over two draws
+    checked. Draws ``fig`` twice first (as :func:`place_legends`: the constrained layout settles
+    over two draws) unless it is drawn as it stands (``fig.stale`` false, as :func:`place_legends`
+    leaves a figure it had nothing more to move in)."""
+    if fig.stale:
+        fig.canvas.draw()
+        fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     out = []
     for ax in fig.axes:

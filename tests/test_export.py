@@ -66,8 +66,17 @@ def _stats(**counts):
     return {"loaded": 0, "from_exported": 0, "stored": 0, "traced": 0, **counts}
 
 
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The results of a process without any cache (the traced path) for n = 3 and 4, shared by
+    the tests of this file: nothing is stored, and both shapes are traced."""
+    stats, ref = _run(tmp_path_factory.mktemp("reference"), "none", "ref", "3:dopri8", "4:dopri8")
+    assert stats == _stats(traced=2), stats  # no cache: nothing stored
+    return ref
+
+
 @pytest.mark.skipif(not _ON_TESTED_JAX, reason="serialised solves are off on an untested jax (gradflow/_engine/_pinned.py)")
-def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp_path):
+def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp_path, reference):
     """Process 1 (empty cache) traces, exports, compiles and stores ``_fused_round`` (program and
     executable); process 2 loads the executable (no tracing, lowering or compilation) and gives
     bitwise the result of a process without any cache (the traced path); a new shape (n = 4)
@@ -75,9 +84,7 @@ def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp
     compiled again (no tracing), bitwise the same; a corrupted program file (one payload byte
     flipped) is detected, traced again and rewritten. (A new solver's miss, truncated files and
     another key's file: the in-process tests below.)"""
-    cache = tmp_path / "cache"
-    stats_ref, ref = _run(tmp_path, "none", "ref", "3:dopri8", "4:dopri8")
-    assert stats_ref == _stats(traced=2), stats_ref  # no cache: nothing stored
+    cache, ref = tmp_path / "cache", reference
 
     stats1, first = _run(tmp_path, cache, "first", "3:dopri8")
     assert stats1 == _stats(stored=1), stats1
@@ -108,7 +115,7 @@ def test_new_process_loads_the_stored_solve_bitwise_and_falls_back_on_a_miss(tmp
 
 
 @pytest.mark.skipif(not _ON_TESTED_JAX, reason="serialised solves are off on an untested jax (gradflow/_engine/_pinned.py)")
-def test_an_executable_from_jaxs_cache_is_not_stored_again(tmp_path):
+def test_an_executable_from_jaxs_cache_is_not_stored_again(tmp_path, reference):
     """jaxlib 0.10.2 on CPU: an executable that came from JAX's persistent compilation cache,
     serialised again, has lost its kernels (running it in a later process fails with ``NOT_FOUND:
     Function ... not found``; two ``gradflow reproduce`` workers compiling the same solve stored
@@ -119,8 +126,7 @@ def test_an_executable_from_jaxs_cache_is_not_stored_again(tmp_path):
     process 2 stored the kernel-less executable and process 3 failed.)"""
     import shutil
 
-    cache = tmp_path / "cache"
-    _, ref = _run(tmp_path, "none", "ref", "3:dopri8")
+    cache, ref = tmp_path / "cache", reference
     _run(tmp_path, cache, "first", "3:dopri8")
     shutil.rmtree(cache / _export.FOLDER)
     stats2, second = _run(tmp_path, cache, "second", "3:dopri8")

@@ -1,6 +1,7 @@
 """Stiffness detection and the implicit phase of ``solver="auto"``: against SciPy's
 Radau at tight tolerance, the detector against known spectra, and negative controls."""
 
+import functools
 import importlib
 from types import SimpleNamespace
 
@@ -80,24 +81,30 @@ def test_phase_policy_switches_with_hysteresis():
     assert {spec(c).name for c in codes} == {"dopri8"} and not now.any()
 
 
-def _h_rho_at_end(loss, V0, a0, t1, steps):
+def _h_rho_at_end(loss, V0, a0, t1s, steps):
     """``h·ρ`` (:func:`stiff.stiffness_ratio`) after one Dopri8 solve of at most ``steps`` steps
-    from t = 0 (the engine's own solve), and the solve's state, with ``reported``: the ``h·ρ``
-    that the engine's :func:`~gradflow._engine.solve.stiffness_of` hands the phase policy."""
+    from t = 0 to each ``t1`` of ``t1s`` (the engine's own solve), and the solve's state, with
+    ``reported``: the ``h·ρ`` that the engine's :func:`~gradflow._engine.solve.stiffness_of` hands
+    the phase policy. One program for all of ``t1s`` (``t1`` is a runtime value)."""
     from gradflow._engine import solve as S
     from gradflow.attention.models import prepare
 
     mdl, V, a = prepare(loss, V0, a0, "value-softmax", "softmax", 1.0, batch=False)
     flow = simulate_mod.value_softmax_flow(loss)
     y0 = ((V, a), {"Gamma": jnp.zeros((), V.dtype)})
-    taus = jnp.asarray([0.0, np.log1p(t1)])
-    out = S.solve_lane(flow, (mdl, loss), y0, jnp.zeros(()), taus=taus, rtol=jnp.asarray(1e-8), atol=jnp.asarray(1e-10),
-                       solver=code_of("dopri8"), max_steps=steps)
-    tau = out.tau_end
-    field = lambda z: S._log_time_rhs(tau, z, S.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10))
-    reported, _ = S.stiffness_of(flow, (mdl, loss), out.y_end, out.tau_end, out.tau_start, out.round_steps)
-    return float(stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps)), SimpleNamespace(
-        tau_end=out.tau_end, code=out.code, reported=reported)
+
+    @jax.jit
+    def measure(tau1):
+        out = S.solve_lane(flow, (mdl, loss), y0, jnp.zeros(()), taus=jnp.stack([jnp.zeros(()), tau1]),
+                           rtol=jnp.asarray(1e-8), atol=jnp.asarray(1e-10), solver=code_of("dopri8"), max_steps=steps)
+        tau = out.tau_end
+        field = lambda z: S._log_time_rhs(tau, z, S.FlowArgs(flow, (mdl, loss), 1e-8, 1e-10))
+        reported, _ = S.stiffness_of(flow, (mdl, loss), out.y_end, out.tau_end, out.tau_start, out.round_steps)
+        return stiff.stiffness_ratio(field, out.y_end, tau / out.num_steps), out.tau_end, out.code, reported
+
+    for t1 in t1s:
+        h_rho, tau_end, code, reported = measure(jnp.asarray(np.log1p(t1)))
+        yield t1, float(h_rho), SimpleNamespace(tau_end=tau_end, code=code, reported=reported)
 
 
 def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
@@ -105,7 +112,7 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     (``h·ρ`` above the switching threshold); the logistic teacher of Fig. 2 (negative control),
     integrated to t = 1e12, stays far below it at its end and at intermediate times."""
     W0, a0, _, _, loss = _square_draw(20, 4)
-    h_rho, out = _h_rho_at_end(loss, W0, a0, 1e5, POLICY.explicit_round)
+    ((_, h_rho, out),) = _h_rho_at_end(loss, W0, a0, [1e5], POLICY.explicit_round)
     assert int(out.code) == int(S_status.max_steps)  # the round ended unfinished
     assert float(out.tau_end) < np.log1p(1e5) and h_rho > BOUNDARY_ON, h_rho
     assert float(out.reported) == pytest.approx(h_rho, rel=1e-9)  # what the engine reports to the phase policy
@@ -113,8 +120,7 @@ def test_detector_fires_on_the_stiff_flow_and_never_on_the_logistic_teacher():
     V0, a0 = 0.1 * rng.randn(8, 8), 0.0 * rng.randn(8)
     bs = rng.randn(8)
     teacher = gradflow.LogisticTeacher(bs / np.linalg.norm(bs))
-    for t1 in (1e2, 1e12):
-        h_rho, out = _h_rho_at_end(teacher, V0, a0, t1, 16384)
+    for t1, h_rho, out in _h_rho_at_end(teacher, V0, a0, [1e2, 1e12], 16384):
         assert float(out.tau_end) == pytest.approx(np.log1p(t1)) and h_rho < 0.5 * BOUNDARY_ON, (t1, h_rho)
 
 
@@ -143,11 +149,23 @@ def _fixed_steps(solver, n, wrong):
     import diffrax
 
     term, y0, h = diffrax.ODETerm(_nonlinear_vf), jnp.array([1.0, 0.5]), 1.0 / n
-    step = jax.jit(lambda t0, y, st: solver.step(term, t0, t0 + h, y, wrong, st, False)[::3])
-    y, st = y0, solver.init(term, 0.0, h, y0, wrong)
-    for k in range(n):
-        y, st = step(k * h, y, st)
-    return y
+    return _fixed_steps_program(solver, wrong)(jnp.asarray(h), n, solver.init(term, 0.0, h, y0, wrong))
+
+
+@functools.cache
+def _fixed_steps_program(solver, wrong):
+    """``n`` steps of size ``h`` of ``solver`` from ``y = (1, 0.5)`` at t = 0, its state carried:
+    one program for every ``n`` and ``h``."""
+    import diffrax
+
+    term = diffrax.ODETerm(_nonlinear_vf)
+
+    @jax.jit
+    def run(h, n, st):
+        body = lambda k, c: solver.step(term, k * h, k * h + h, c[0], wrong, c[1], False)[::3]
+        return jax.lax.fori_loop(0, n, body, (jnp.array([1.0, 0.5]), st))[0]
+
+    return run
 
 
 def _observed_orders(solver, wrong):
@@ -348,11 +366,7 @@ def test_eigen_w_keeps_order_three_with_a_stale_jacobian():
     exact = jnp.concatenate([exact[0][-1], exact[1][-1:]])
     solver, errs = EigenW(), []
     for n in (8, 16, 32, 64):
-        h, y = 0.5 / n, y0
-        st = solver.init(term, 0.0, h, y0, None)
-        step = jax.jit(lambda t0, y: solver.step(term, t0, t0 + h, y, None, st, False)[0])
-        for k in range(n):
-            y = step(k * h, y)
+        y = _stale_steps(solver, term, y0, 0.5 / n, n)
         errs.append(float(jnp.max(jnp.abs(jnp.concatenate([y[0], y[1][None]]) - exact))))
     orders = np.log2(np.array(errs[:-1]) / np.array(errs[1:]))
     assert np.all(orders > 2.8), orders
@@ -464,13 +478,24 @@ def _fixed_step_orders(solver, t_end=0.5, ns=(8, 16, 32, 64)):
     exact = jnp.concatenate([exact[0][-1], exact[1][-1:]])
     errs = []
     for n in ns:
-        h, y = t_end / n, y0
-        st = solver.init(term, 0.0, h, y0, None)
-        step = jax.jit(lambda t0, y: solver.step(term, t0, t0 + h, y, None, st, False)[0])
-        for k in range(n):
-            y = step(k * h, y)
+        h = t_end / n
+        y = _stale_steps(solver, term, y0, h, n)
         errs.append(float(jnp.max(jnp.abs(jnp.concatenate([y[0], y[1][None]]) - exact))))
     return np.log2(np.array(errs[:-1]) / np.array(errs[1:]))
+
+
+def _stale_steps(solver, term, y0, h, n):
+    """``n`` fixed steps of size ``h`` from ``(0, y0)``, every one with the state of ``init`` at
+    τ = 0 (the stale matrix); the program is compiled once per solver and state shapes."""
+    st = solver.init(term, 0.0, h, y0, None)
+    key = (solver, id(term.vector_field))
+    if key not in _STALE_PROGRAMS:
+        body = lambda k, y, h, st: solver.step(term, k * h, k * h + h, y, None, st, False)[0]
+        _STALE_PROGRAMS[key] = jax.jit(lambda h, n, y, st: jax.lax.fori_loop(0, n, lambda k, y: body(k, y, h, st), y))
+    return _STALE_PROGRAMS[key](jnp.asarray(h), n, y0, st)
+
+
+_STALE_PROGRAMS = {}
 
 
 def test_eigen_rodas4_is_order_four_with_a_stale_eigendecomposition():
@@ -544,18 +569,19 @@ def test_krylov_solve_is_the_dense_solve():
         assert errs[0] < 1e-10 * np.max(np.abs(dense)), (hg, errs)
         assert errs[1] > 10 * errs[0] and errs[1] < 1e-5 * np.sqrt(n_p), (hg, errs)
     G = _block_system(rng, n_p, n_q, definite=False)  # indefinite, no breakdown: CG still solves it
-    x, _, fallback = R.krylov_solve(lambda v: jnp.asarray(G) @ v, 1.0, r, n_p, jnp.full(n_p, 1e-12))
+    x, _, fallback = jax.jit(lambda G, r: R.krylov_solve(lambda v: G @ v, 1.0, r, n_p, jnp.full(n_p, 1e-12)))(G, r)
     assert not bool(fallback)
     np.testing.assert_allclose(x, np.linalg.solve(np.eye(n_p + n_q) - G, np.asarray(r)), rtol=0, atol=1e-10)
     # I − P = diag(1, −1) and r_p = (1, 1): pᵀAp = 0 at CG's first iteration (breakdown)
     G = np.array([[0.0, 0.0, 0.0], [0.0, 2.0, 0.0], [1.0, -1.0, 0.0]])
     r = jnp.array([1.0, 1.0, 0.5])
-    x, _, fallback = R.krylov_solve(lambda v: jnp.asarray(G) @ v, 1.0, r, 2, jnp.full(2, 1e-12))
+    breakdown = jax.jit(lambda G: R.krylov_solve(lambda v: G @ v, 1.0, r, 2, jnp.full(2, 1e-12)))
+    x, _, fallback = breakdown(G)
     assert bool(fallback)
     np.testing.assert_allclose(x, np.linalg.solve(np.eye(3) - G, np.asarray(r)), rtol=0, atol=1e-12)
     # under vmap: the lane that breaks down falls back, the other keeps its CG solution
     Gs = jnp.asarray(np.stack([G, np.diag([-1.0, -2.0, 0.0])]))
-    xs, _, fbs = jax.vmap(lambda Gi: R.krylov_solve(lambda v: Gi @ v, 1.0, r, 2, jnp.full(2, 1e-12)))(Gs)
+    xs, _, fbs = jax.jit(jax.vmap(breakdown))(Gs)
     assert fbs.tolist() == [True, False]
     for Gi, xi in zip(np.asarray(Gs), np.asarray(xs)):
         np.testing.assert_allclose(xi, np.linalg.solve(np.eye(3) - Gi, np.asarray(r)), rtol=0, atol=1e-12)
