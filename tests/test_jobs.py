@@ -108,7 +108,7 @@ def test_check_results_survive_pickling():
     read-only details (the frozen mapping itself cannot be pickled)."""
     from gradflow.theory import run_checks
 
-    results = run_checks(["lem3.5b", "inv.v_perp"], trials=2)
+    results = run_checks(["lem3.5b", "inv.v_perp"], trials=1)  # one draw each: what is pickled is the same kind
     back = pickle.loads(pickle.dumps(results))
     assert back == results and [r.to_dict() for r in back] == [r.to_dict() for r in results]
     with pytest.raises(TypeError):
