@@ -146,3 +146,43 @@ def test_quick_figure_json(tmp_path):
         for o in fs.OPTIMISERS:
             assert len(row[o]["bos_share"]) == len(row[o]["t"]) == len(row[o]["induction_acc"]) > 1
             assert all(len(b) == on_disk["config"]["n_heads"] for b in row[o]["bos_share"])
+
+
+@pytest.mark.slow  # ~20-35 s on 2 cores (compiles the transformer's AdamW loop and its evaluation); the sizing
+# runs are an experiment reported in docs/flow-sinks.md, not a figure of the default build
+def test_sizing_run_takes_adamws_first_step_and_applies_its_criteria():
+    """``sinks_sizing.adamw_run`` at a tiny size: its step-0 loss is the loss at the flow's
+    initialisation, its step-1 loss the loss after AdamW's first step written by hand (bias-corrected
+    moments ``m̂ = g``, ``v̂ = g²``: ``θ₁ = θ₀ − lr·(g/(|g| + ε) + wd·θ₀)``, ε = 1e-8, optax's default);
+    the sink and learned flags are the stated criteria applied to the last row."""
+    from gradflow.sims.beyond import sinks_sizing as sz
+
+    run = sz.adamw_run(8, 4, 1, 3, n_test=16, points=3)
+    assert [r["k"] for r in run["rows"]] == [0, 1, 2, 3]
+    cfg = {**fs.config(True), "d_model": 4, "n_heads": 1, "n_train": 8, "n_test": 16}
+    loss, p0, args, _ = fs.setup(fs.run_config(cfg, "softmax", True))
+    g = jax.grad(loss)(p0, args)
+    lr, wd = run["lr"], run["weight_decay"]
+    p1 = jax.tree.map(lambda p, gi: p - lr * (gi / (np.abs(gi) + 1e-8) + wd * p), p0, g)
+    assert run["rows"][0]["loss"] == pytest.approx(float(loss(p0, args)), rel=1e-12)
+    assert run["rows"][1]["loss"] == pytest.approx(float(loss(p1, args)), rel=1e-9)
+    assert run["rows"][1]["loss"] != pytest.approx(run["rows"][0]["loss"], rel=1e-9)  # the step moved it
+    last = run["rows"][-1]
+    assert run["sink_heads"] == sum(b > sz.SINK_SHARE for b in last["bos"]) and len(last["bos"]) == 1
+    assert run["learned"] == (last["acc"] >= sz.LEARNED_ACC)
+
+
+def test_sizing_table_of_the_page_is_the_committed_json():
+    """docs/flow-sinks.md's sizing table holds every committed run (figures/flow-sinks-sizing.json):
+    its size, steps, final loss, held-out accuracy and layer-2 BOS shares as the JSON has them."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    runs = json.loads((root / "figures" / "flow-sinks-sizing.json").read_text())["runs"]
+    page = (root / "docs" / "flow-sinks.md").read_text()
+    assert runs
+    for r in runs:
+        last = r["rows"][-1]
+        row = (f"| {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | {last['loss']:.3f} | "
+               f"{last['acc']:.3f} | {', '.join(f'{b:.2f}' for b in last['bos'])} |")
+        assert row in page, row
