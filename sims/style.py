@@ -72,12 +72,9 @@ def covered(fig, *, samples: int = 8) -> list[tuple[str, int]]:
     bar tops (each line segment sampled at ``samples`` points in display space, so a curve
     crossing the box between two vertices counts too) fall inside the legend's box. Empty for
     a figure whose legends sit on empty space; figure-level legends (outside the axes) are not
-    checked. Draws ``fig`` twice first (as :func:`place_legends`: the constrained layout settles
-    over two draws) unless it is drawn as it stands (``fig.stale`` false, as :func:`place_legends`
-    leaves a figure it had nothing more to move in)."""
-    if fig.stale:
-        fig.canvas.draw()
-        fig.canvas.draw()
+    checked."""
+    fig.canvas.draw()
+    fig.canvas.draw()  # as in place_legends: the layout settles over two draws
     renderer = fig.canvas.get_renderer()
     out = []
     for ax in fig.axes:

@@ -85,7 +85,8 @@ def _h_rho_at_end(loss, V0, a0, t1s, steps):
     """``h·ρ`` (:func:`stiff.stiffness_ratio`) after one Dopri8 solve of at most ``steps`` steps
     from t = 0 to each ``t1`` of ``t1s`` (the engine's own solve), and the solve's state, with
     ``reported``: the ``h·ρ`` that the engine's :func:`~gradflow._engine.solve.stiffness_of` hands
-    the phase policy. One program for all of ``t1s`` (``t1`` is a runtime value)."""
+    the phase policy. One program for all of ``t1s`` (``t1`` is a runtime value). Yields
+    ``(t1, h·ρ, state)`` per ``t1``, ``state`` with ``tau_end``, ``code`` and ``reported``."""
     from gradflow._engine import solve as S
     from gradflow.attention.models import prepare
 
@@ -488,7 +489,7 @@ def _stale_steps(solver, term, y0, h, n):
     """``n`` fixed steps of size ``h`` from ``(0, y0)``, every one with the state of ``init`` at
     τ = 0 (the stale matrix); the program is compiled once per solver and state shapes."""
     st = solver.init(term, 0.0, h, y0, None)
-    key = (solver, id(term.vector_field))
+    key = (solver, term.vector_field)
     if key not in _STALE_PROGRAMS:
         body = lambda k, y, h, st: solver.step(term, k * h, k * h + h, y, None, st, False)[0]
         _STALE_PROGRAMS[key] = jax.jit(lambda h, n, y, st: jax.lax.fori_loop(0, n, lambda k, y: body(k, y, h, st), y))

@@ -34,6 +34,7 @@ import optax
 
 from gradflow.io import atomic_write
 from gradflow.sims.beyond import flow_sinks
+from gradflow.sims.build import provenance
 from gradflow.sims.sec4.train import measure
 
 __all__ = ["SINK_SHARE", "LEARNED_ACC", "adamw_run", "main"]
@@ -46,15 +47,19 @@ LEARNED_ACC = 0.5
 
 
 def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: int = 500, points: int = 8,
-              lr: float = 1e-3, weight_decay: float = 0.01) -> dict:
+              lr: float | None = None, weight_decay: float | None = None) -> dict:
     """AdamW on the full batch of ``n_train`` fixed induction sequences from the flow's
-    initialisation (:func:`gradflow.sims.beyond.flow_sinks.setup`, softmax attention, run seed 0).
+    initialisation (:func:`gradflow.sims.beyond.flow_sinks.setup`, softmax attention, the figure's
+    run seed); ``lr`` and ``weight_decay`` default to the figure's AdamW (``adam_lr``, ``adam_wd`` of
+    :func:`gradflow.sims.beyond.flow_sinks.config`).
 
-    **Returns:** a JSON-able dict: the sizes, ``wall_s`` (the AdamW run, compile included),
+    **Returns:** a JSON-able dict: the sizes, ``seed``, ``wall_s`` (the AdamW run, its compilation included),
     ``n_params`` and ``rows``: per recorded step ``k`` (0 and about ``points`` log-spaced steps up
     to ``steps``) the training ``loss``, held-out ``acc`` and layer-2 ``bos`` shares per head;
     ``sink_heads`` and ``learned`` at the last step (criteria :data:`SINK_SHARE`, :data:`LEARNED_ACC`)."""
     cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test}
+    lr = cfg["adam_lr"] if lr is None else lr
+    weight_decay = cfg["adam_wd"] if weight_decay is None else weight_decay
     run_cfg = flow_sinks.run_config(cfg, "softmax", True)
     loss, params0, args, static = flow_sinks.setup(run_cfg)
     record = flow_sinks._int_grid(steps, points)
@@ -68,7 +73,7 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
         rows.append({"k": int(k), "loss": float(np.asarray(run.loss)[i]), "acc": float(m["induction_acc"]),
                      "bos": [round(float(b), 4) for b in m["bos_share"][-1]]})
     last = rows[-1]
-    return {"n_train": n_train, "d_model": d_model, "n_heads": n_heads, "steps": steps, "n_test": n_test,
+    return {"n_train": n_train, "d_model": d_model, "n_heads": n_heads, "steps": steps, "n_test": n_test, "seed": cfg["seed"],
             "lr": lr, "weight_decay": weight_decay, "n_params": int(sum(x.size for x in jax.tree.leaves(params0))),
             "wall_s": round(wall, 1), "rows": rows,
             "sink_heads": int(sum(b > SINK_SHARE for b in last["bos"])), "learned": last["acc"] >= LEARNED_ACC}
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         n, d, h, steps = (int(v) for v in item.split(":"))
         runs.append(adamw_run(n, d, h, steps))
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "rows"}), flush=True)
-        text = json.dumps({"runs": runs}, indent=1)
+        text = json.dumps({"runs": runs, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
     return 0
 
