@@ -28,18 +28,20 @@ the last checkpoint within the budget; a call, chunk or step that ended after it
 
 - **gradflow**: :func:`gradflow.integrate` with its defaults (``solver="auto"``, rtol 1e-8,
   rest stop on) towards ``t1 = 1e12`` (:data:`T_MAX`). ``integrate`` has no wall-clock limit, so
-  the run is a chain of calls, each resuming from the previous end state (the flow is
-  autonomous: integrating ``Δ`` from ``θ(t)`` is the flow from ``t`` to ``t + Δ``): the first over
+  the run is a chain of calls, each resuming from the previous end state at its flow time
+  (``integrate(..., t0=t, t1=t + Δ)``, so the log time keeps its origin at ``t = 0`` and a call's
+  steps go on at the length the last one reached): the first over
   ``Δ = 1``, each next one over a ``Δ`` extrapolated linearly from the last call's wall time (its
   compilation taken off) to take half the budget left, at most 100× and at least 1/8 of the last
   ``Δ`` (no more than it after a call that ended at ``max_steps``; :func:`run_gradflow`). A call
-  is started only while the budget is not spent and its prediction fits what is left. Each call saves 12 points in its segment (``0``, ``2^-10 Δ …
-  Δ``), so a call that ends at ``max_steps`` still hands on its last saved state. A call that
+  is started only while the budget is not spent and its prediction fits what is left. Each call
+  saves 12 points in its segment (``t``, ``t + 2^-10 Δ …  t + Δ``), so a call that ends at ``max_steps`` still hands on its last saved state. A call that
   ends at rest (status ``ok``, finite ``t_steady``) ends the run: the flow holds that state to
   ``t1``, so the flow time reached is ``1e12`` (the table says from when it is at rest). Every call
   starts ``auto`` anew (Dopri8 for 64 steps, then stiffness detection): a single call to
-  ``t1 = 1e12`` would keep its implicit phase instead; the chain costs that, and the log time
-  restarting at each call.
+  ``t1 = 1e12`` would keep its stiff phase instead; the chain costs that. (Before ``t0`` existed,
+  each call also restarted the log time at its own start, so its first steps were sized for
+  ``t = 0`` again: the rows of ``LARGE_MODELS.json`` before 2026-12-07 were measured so.)
 - **GD** at its stability limit: ``θ ← θ − lr ∇L(θ)`` as one jitted ``lax.fori_loop`` per chunk
   (about 1/25 of the budget each, the last cut to what is left), flow time ``t = Σ lr·k`` (``k`` iterations per chunk).
   ``lr = 1.9/λ_max`` of the Hessian at the start (λ_max: the largest-magnitude eigenvalue by power
@@ -280,7 +282,8 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX, 
         c0 = clock.now()
         rounds: list = []
         with rec.recording(), _labelled(rec, rounds):
-            sol = gradflow.integrate(loss, theta, t1=delta, ts=delta * FRACTIONS, **integrate_kw)
+            ts = t + delta * FRACTIONS  # ts[0] = t exactly
+            sol = gradflow.integrate(loss, theta, t0=t, t1=t + delta, ts=ts, **integrate_kw)
             jax.block_until_ready(sol.params)
         wall = clock.now() - c0
         comp = sum(rec.totals().values())
@@ -290,7 +293,7 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX, 
         valid = np.asarray(sol.valid)
         j = int(np.flatnonzero(valid)[-1])
         at_rest = sol.status == "ok" and np.isfinite(float(sol.t_steady))
-        reached = delta if sol.status == "ok" else float(FRACTIONS[j] * delta)
+        reached = delta if sol.status == "ok" else float(ts[j]) - t
         theta = jax.tree.map(lambda x: np.asarray(x[j]), sol.params)
         loss_t = float(np.asarray(sol.loss)[j])
         loss0 = float(np.asarray(sol.loss)[0]) if not calls else loss0
@@ -298,7 +301,7 @@ def run_gradflow(loss, params0, budget: float, emit=None, t_max: float = T_MAX, 
         calls.append(dict(delta=delta, status=sol.status, wall_s=wall, compile_s=comp, steps=int(sol.num_steps),
                           reached=reached, rounds=rounds, compiled=compiled))
         if at_rest:
-            t_rest = t + float(sol.t_steady)
+            t_rest = float(sol.t_steady)  # absolute: the call started at t0 = t
             t, status = t_max, "at rest"
         else:
             t += reached

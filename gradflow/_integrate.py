@@ -304,8 +304,10 @@ def _probe_cached_call(key, probe_args):
     _PROBED[key] = True
 
 
-def _meta(settings, rest_stop):
-    return {"method": "flow", **settings.describe(), "rest_stop": rest_stop, "time": "log1p"}
+def _meta(settings, rest_stop, t0):
+    """The metadata of a flow: its settings, and its start time ``t0`` (checked) where that is not 0."""
+    start = {"t0": float(t0)} if t0 else {}
+    return {"method": "flow", **settings.describe(), **start, "rest_stop": rest_stop, "time": "log1p"}
 
 
 def _solution(out, ts, meta, batch_shape=()) -> Solution:
@@ -323,6 +325,7 @@ def integrate(
     params0: Any,
     *,
     t1: float,
+    t0: float = 0.0,
     ts=DEFAULTS.ts,
     args: Any = None,
     rtol: float = DEFAULTS.rtol,
@@ -359,8 +362,16 @@ def integrate(
       with non-array leaves, pass ``eqx.partition(model, eqx.is_inexact_array)[0]`` and the
       static part through ``args``.)
     - ``t1``: final flow time, ``0 < t1 < ∞``.
-    - ``ts``: flow times to save at, strictly increasing in ``[0, t1]``; default ``0`` and 400
-      log-spaced points from ``1e-3`` to ``t1``.
+    - ``t0``: the flow time of ``params0`` (default ``0``), ``0 ≤ t0 < t1``. The flow is
+      autonomous, so the path from ``θ(t0) = params0`` is the same for any ``t0``; what ``t0``
+      sets is the origin of the log time, which stays at ``t = 0``. To resume a run, pass
+      ``params0=sol.params_end, t0=float(sol.t_end)``: the steps go on from where they were
+      (their length in ``t`` grows like ``1 + t``) instead of restarting from steps sized for
+      ``t = 0``, which makes a chain of calls as cheap as one call (docs: Performance, "Large
+      models").
+    - ``ts``: flow times to save at, strictly increasing in ``[t0, t1]``; default ``t0`` and 400
+      log-spaced points from ``t0 + 1e-3`` to ``t1`` (for ``t0 > 0``, the default grid of a run of
+      length ``t1 − t0`` shifted by ``t0``).
     - ``args``: any pytree passed to every user function (not differentiated); ``None``: the
       functions take ``params`` only.
     - ``rtol``, ``atol``: tolerances of the PID step-size controller on the state in log time
@@ -376,7 +387,8 @@ def integrate(
     - ``observe``: ``{name: f}``, each ``f(params)`` returning one real array (any shape),
       saved at ``ts`` into ``sol.observed[name]``.
     - ``quadratures``: ``{name: g}``, each ``g(params)`` returning a float scalar; ``∫₀ᵗ g dt``
-      is integrated as ODE state (same tolerances) into ``sol.quadratures[name]``.
+      is integrated as ODE state (same tolerances) into ``sol.quadratures[name]`` (from ``t0``:
+      ``∫_{t0}^t g dt``).
     - ``rest_stop``: ``True`` (default): stop once the flow is at rest, i.e. once the movement
       left to it, bounded through its local linearisation in log time, is below 1% of
       the tolerance (:func:`gradflow._engine.solve.at_rest`; the argument, and where it could
@@ -399,7 +411,7 @@ def integrate(
     **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a function, fails to
     trace, is not a real float scalar, cannot be differentiated or is non-finite (or has a
     non-finite gradient) at ``params0``; an empty ``params0`` or one with non-float, complex or
-    non-finite leaves; bad ``t1``, ``ts``, ``rtol``, ``atol``, ``max_steps``, ``solver``, ``policy`` or ``rest_stop``;
+    non-finite leaves; bad ``t1``, ``t0``, ``ts``, ``rtol``, ``atol``, ``max_steps``, ``solver``, ``policy`` or ``rest_stop``;
     ``observe``/``quadratures`` that are not dicts of functions, fail to trace or return the
     wrong kind of value.
 
@@ -412,11 +424,11 @@ def integrate(
     """
     opts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, rest_stop=rest_stop, policy=policy)
     user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
-    settings, ts = opts.settings(t1)
+    settings, ts = opts.settings(t1, t0)
     lanes = jax.tree.map(lambda x: x[None], params0)
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, lanes, settings.replace(lane=0),
                      devices=jax.local_devices()[:1])
-    return _solution(out, ts, _meta(settings, rest_stop))
+    return _solution(out, ts, _meta(settings, rest_stop, t0))
 
 
 def integrate_batch(
@@ -424,6 +436,7 @@ def integrate_batch(
     params0s: Any,
     *,
     t1: float,
+    t0: float = 0.0,
     ts=DEFAULTS.ts,
     args: Any = None,
     args_batched: bool = False,
@@ -460,9 +473,9 @@ def integrate_batch(
     opts = SolveOptions(ts=ts, rtol=rtol, atol=atol, max_steps=max_steps, solver=solver, rest_stop=rest_stop, policy=policy)
     user, params0s, args = prepare_user(loss, params0s, args, field, observe, quadratures, batch=True,
                                         args_batched=bool(args_batched))
-    settings, ts = opts.settings(t1)
+    settings, ts = opts.settings(t1, t0)
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,
                      settings.replace(args_batched=bool(args_batched), fixed_width=bool(fixed_width)), devices=devices)
-    return _solution(out, ts, _meta(settings, rest_stop), batch_shape=(B,))
+    return _solution(out, ts, _meta(settings, rest_stop, t0), batch_shape=(B,))

@@ -110,34 +110,42 @@ def check_positive_int(name: str, x, what: str = "a positive integer") -> int:
     return int(v)
 
 
-def check_times(t1, ts) -> tuple[float, np.ndarray | None]:
-    """Validate the horizon ``t1`` and the save times ``ts`` (``None`` stays ``None``).
+def check_times(t1, ts, t0=0.0) -> tuple[float, np.ndarray | None, float]:
+    """Validate the horizon ``t1``, the start time ``t0`` and the save times ``ts`` (``None``
+    stays ``None``); returns ``(t1, ts, t0)``.
 
-    Accepted: ``0 < t1 < ∞``; ``ts`` a non-empty 1-D array of finite, strictly increasing flow
-    times in ``[0, t1]``. Also refuses a horizon the working precision cannot resolve
-    (:func:`check_time_resolution`).
+    Accepted: ``0 < t1 < ∞``; ``0 ≤ t0 < t1`` (default ``0``); ``ts`` a non-empty 1-D array of
+    finite, strictly increasing flow times in ``[t0, t1]``. Also refuses a horizon the working
+    precision cannot resolve (:func:`check_time_resolution`).
     """
     t1 = check_positive("t1", t1)
     check_time_resolution("t1", t1)
+    if not (isinstance(t0, (int, float, np.integer, np.floating)) and not isinstance(t0, bool)
+            or (isinstance(t0, (np.ndarray, jax.Array)) and np.ndim(t0) == 0)):
+        raise bad_arg("t0", t0, f"a real number in [0, t1 = {t1:g}): the flow time of params0")
+    t0 = float(t0)
+    if not (0.0 <= t0 < t1):
+        raise bad_arg("t0", t0, f"a real number in [0, t1 = {t1:g}): the flow time of params0")
+    span = "[0, t1]" if t0 == 0 else f"[t0, t1] = [{t0:g}, {t1:g}]"
     if ts is None:
-        return t1, None
+        return t1, None, t0
     if isinstance(ts, (str, bytes)):
-        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
+        raise bad_arg("ts", ts, f"a non-empty 1-D array of flow times in {span}")
     try:
         ts_arr = np.asarray(ts, dtype=np.float64) if np.ndim(ts) == 1 else None
     except (TypeError, ValueError):
-        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]") from None
+        raise bad_arg("ts", ts, f"a non-empty 1-D array of flow times in {span}") from None
     if ts_arr is None or ts_arr.size == 0:
-        raise bad_arg("ts", ts, "a non-empty 1-D array of flow times in [0, t1]")
-    if ts_arr[0] >= 0 and ts_arr[-1] <= t1 and (ts_arr.size == 1 or bool((ts_arr[1:] > ts_arr[:-1]).all())):
-        return t1, ts_arr  # valid (one pass; any NaN/inf fails a comparison and gets its message below)
+        raise bad_arg("ts", ts, f"a non-empty 1-D array of flow times in {span}")
+    if ts_arr[0] >= t0 and ts_arr[-1] <= t1 and (ts_arr.size == 1 or bool((ts_arr[1:] > ts_arr[:-1]).all())):
+        return t1, ts_arr, t0  # valid (one pass; any NaN/inf fails a comparison and gets its message below)
     if not np.all(np.isfinite(ts_arr)):
         raise bad_arg("ts", ts, "finite flow times")
-    if np.any(ts_arr < 0) or np.any(ts_arr > t1):
-        raise bad_arg("ts", ts, f"flow times in [0, t1 = {t1:g}]")
+    if np.any(ts_arr < t0) or np.any(ts_arr > t1):
+        raise bad_arg("ts", ts, f"flow times in [0, t1 = {t1:g}]" if t0 == 0 else f"flow times in {span}")
     if np.any(np.diff(ts_arr) <= 0):
         raise bad_arg("ts", ts, "strictly increasing flow times")
-    return t1, ts_arr
+    return t1, ts_arr, t0
 
 
 FLOAT32_MAX_HORIZON = 2.0**23

@@ -74,7 +74,7 @@ def test_the_policy_is_static_and_in_the_program_key():
     s1, _ = SolveOptions(policy=AutoPolicy(explicit_round=32)).settings(1.0)
     leaves0, tree0 = jax.tree.flatten(s0)
     leaves1, tree1 = jax.tree.flatten(s1)
-    assert len(leaves0) == len(leaves1) == 4  # taus, t1, rtol, atol
+    assert len(leaves0) == len(leaves1) == 5  # taus, t1, rtol, atol, tau0
     assert tree0 != tree1 and hash(s0.policy) != hash(s1.policy)
     d = _export._Describer()
     text0, text1 = d.treedef(tree0), d.treedef(tree1)

@@ -172,7 +172,7 @@ def _finish_all(flow, fargs, state, y0, settings: Settings) -> Finished:
     (``settings.taus`` may carry an extra end point), lane ``settings.lane`` only if it is not ``None``."""
     fn = lambda a, y, v, y_0, c: _finish(flow, a, y, v, y_0, c)
     taus = settings.taus
-    reached = state.reached | (taus == 0)  # t = 0 is the initial state itself
+    reached = state.reached | (taus == settings.tau0)  # t = t0 is the initial state itself
     res = _per_lane(fn, settings.args_batched, 4)(fargs, state.ys, reached, y0, state.code)
     tau_end = state.tau_end
     t_end = jnp.where(tau_end == taus[-1], settings.t1, jnp.expm1(tau_end))
@@ -199,16 +199,16 @@ def _initial_y(flow, fargs, params0, args_batched):
 _initial_y_jit = eqx.filter_jit(_initial_y)
 
 
-def _start_time(B: int, dtype):
-    """Log time ``τ = 0`` of ``B`` lanes not yet run, as a runtime value rather than a constant:
+def _start_time(B: int, tau0, dtype):
+    """Log start time ``τ0`` of ``B`` lanes not yet run, as a runtime value rather than a constant:
     with a constant start time folded into the vmapped solve, XLA's algebraic simplifier
     (jaxlib 0.10) cycles on the first round's program and prints "Algebraic simplifier is likely
     stuck in a circular simplification loop" at every such compile (tested in
     ``tests/test_xla_messages.py``)."""
-    return jax.lax.optimization_barrier(jnp.zeros((B,), dtype))
+    return jax.lax.optimization_barrier(jnp.full((B,), tau0, dtype))
 
 
-def _initial_state(y0, taus) -> SolveState:
+def _initial_state(y0, taus, tau0) -> SolveState:
     """The solve state of lanes not yet run (status ``max_steps``: still to run)."""
     leaves = jax.tree.leaves(y0)
     B, T, dtype = leaves[0].shape[0], taus.shape[0], leaves[0].dtype
@@ -216,11 +216,11 @@ def _initial_state(y0, taus) -> SolveState:
         ys=jax.tree.map(lambda x: jnp.broadcast_to(x[:, None], (B, T) + x.shape[1:]), y0),
         reached=jnp.zeros((B, T), bool),
         y_end=y0,
-        tau_end=_start_time(B, dtype),
+        tau_end=_start_time(B, tau0, dtype),
         tau_steady=jnp.full((B,), jnp.inf, dtype),
         num_steps=jnp.zeros((B,), int),
         code=jnp.full((B,), Status.max_steps, int),
-        tau_start=jnp.zeros((B,), dtype),
+        tau_start=jnp.full((B,), tau0, dtype),
         round_steps=jnp.zeros((B,), int),
     )
 
@@ -232,7 +232,7 @@ _export.register_output(Finished)
 @_fastjit.filter_jit
 def _start(flow, fargs, params0, settings: Settings) -> SolveState:
     """The solve state of every lane of ``params0`` before its first round."""
-    return _initial_state(_initial_y(flow, fargs, params0, settings.args_batched), settings.taus)
+    return _initial_state(_initial_y(flow, fargs, params0, settings.args_batched), settings.taus, settings.tau0)
 
 
 # equinox.filter_jit's semantics, cheaper per call (a single solve's overhead); with the compilation
@@ -485,7 +485,7 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
 
 def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device]) -> Finished:
     """Integrate ``flow`` for every lane of ``params0`` (a pytree whose leaves share a leading
-    lane axis ``B``) from ``t = 0`` to ``settings.t1``, saving at the log times ``settings.taus``.
+    lane axis ``B``) from ``t0 = expm1(settings.tau0)`` (default 0) to ``settings.t1``, saving at the log times ``settings.taus``.
 
     **Arguments:** ``fargs`` the flow's arguments (a leading lane axis on its array leaves if
     ``settings.args_batched``); ``settings`` the run's :class:`gradflow._engine.settings.Settings`

@@ -28,7 +28,9 @@ class Settings:
 
     Traced: ``taus`` ``(T,)`` float64 log save times ``log1p(ts)``, the last always ``log1p(t1)``
     (:func:`log_taus`); ``t1`` the exact end time (a 0-d array: ``expm1(log1p(t1))`` is not
-    always ``t1``); ``rtol``, ``atol`` the step controller's tolerances (0-d arrays).
+    always ``t1``); ``rtol``, ``atol`` the step controller's tolerances (0-d arrays); ``tau0``
+    the log start time ``log1p(t0)`` (a 0-d array, default ``0``: the flow starts at ``t = 0``),
+    computed as ``taus`` are, so a save point at ``t0`` is the start itself bit for bit.
 
     Static: ``solver`` ``"auto"`` or a concrete name of
     :data:`gradflow._engine.solvers.SOLVER_TABLE`; ``max_steps`` each lane's step budget, all
@@ -45,6 +47,7 @@ class Settings:
     t1: Any
     rtol: Any
     atol: Any
+    tau0: Any = dataclasses.field(default_factory=lambda: np.zeros(()))
     solver: str = dataclasses.field(**_static)
     max_steps: int = dataclasses.field(**_static)
     keep: int = dataclasses.field(**_static)
@@ -92,9 +95,15 @@ class Round:
         return cls(solver=int(solver), steps=np.asarray(steps, np.int64), cap=int(cap))
 
 
-def default_ts(t1: float, num: int = 400) -> np.ndarray:
+def default_ts(t1: float, num: int = 400, t0: float = 0.0) -> np.ndarray:
     """``t = 0`` followed by ``num`` log-spaced flow times from ``1e-3`` to ``t1``
-    (``num`` linearly spaced points if ``t1 ≤ 1e-3``)."""
+    (``num`` linearly spaced points if ``t1 ≤ 1e-3``). With a start time ``t0 > 0``: the grid of a
+    run of length ``t1 − t0``, shifted by ``t0`` (points that round to the same float dropped;
+    the first is ``t0``, the last ``t1``)."""
+    if t0:
+        ts = np.unique(t0 + default_ts(t1 - t0, num))
+        ts[0], ts[-1] = t0, t1
+        return np.unique(ts)
     if t1 <= 1e-3:
         return np.linspace(0.0, t1, num + 1)
     grid = np.geomspace(1e-3, t1, num)
@@ -118,8 +127,9 @@ class SolveOptions:
     defaults from :data:`DEFAULTS`. Keyword-only and immutable; not checked until
     :meth:`settings`.
 
-    - ``ts`` (``None``): flow times to save at, strictly increasing in ``[0, t1]``; ``None``:
-      ``0`` and 400 log-spaced points from ``1e-3`` to ``t1`` (:func:`default_ts`).
+    - ``ts`` (``None``): flow times to save at, strictly increasing in ``[t0, t1]`` (``t0 = 0``
+      unless a front end takes a start time); ``None``: ``t0`` and 400 log-spaced points from
+      ``t0 + 1e-3`` to ``t1`` (:func:`default_ts`).
     - ``rtol`` (``1e-8``), ``atol`` (``None``: ``rtol/100``): the step controller's tolerances
       on the state in log time.
     - ``max_steps`` (``16384``): each lane's step budget, all phases together.
@@ -136,9 +146,9 @@ class SolveOptions:
     rest_stop: bool = True
     policy: AutoPolicy | None = None
 
-    def settings(self, t1) -> tuple[Settings, np.ndarray]:
-        """``(settings, ts)`` for a solve to ``t1``: :func:`check_settings` of these options
-        (``atol`` resolved to ``rtol/100`` when ``None``).
+    def settings(self, t1, t0=0.0) -> tuple[Settings, np.ndarray]:
+        """``(settings, ts)`` for a solve from ``t0`` to ``t1``: :func:`check_settings` of these
+        options (``atol`` resolved to ``rtol/100`` when ``None``).
 
         **Raises:** :class:`gradflow.GradflowValueError` as :func:`check_settings`, and for a
         ``rest_stop`` that is not a bool."""
@@ -147,27 +157,27 @@ class SolveOptions:
         rtol = check_positive("rtol", self.rtol, upper=1.0)
         atol = rtol / 100 if self.atol is None else self.atol
         return check_settings(t1=t1, ts=self.ts, rtol=rtol, atol=atol, max_steps=self.max_steps, solver=self.solver,
-                              policy=self.policy)
+                              policy=self.policy, t0=t0)
 
 
 DEFAULTS = SolveOptions()
 """The front ends' defaults (:class:`SolveOptions`)."""
 
 
-def check_settings(*, t1, ts, rtol, atol, max_steps, solver, policy=None) -> tuple[Settings, np.ndarray]:
+def check_settings(*, t1, ts, rtol, atol, max_steps, solver, policy=None, t0=0.0) -> tuple[Settings, np.ndarray]:
     """Validate the solve settings shared by every front end.
 
     Returns ``(settings, ts)``: ``ts`` the save times (default :func:`default_ts`), ``settings``
     a :class:`Settings` with ``keep = len(ts)`` (``args_batched`` and ``lane`` at their defaults:
     set them with :meth:`Settings.replace`).
 
-    **Raises:** :class:`gradflow.GradflowValueError` for ``t1`` not in ``(0, ∞)``, ``ts`` not a
-    strictly increasing 1-D array in ``[0, t1]``, ``rtol`` not in ``(0, 1)``, ``atol ≤ 0``,
+    **Raises:** :class:`gradflow.GradflowValueError` for ``t1`` not in ``(0, ∞)``, a start time
+    ``t0`` not in ``[0, t1)``, ``ts`` not a strictly increasing 1-D array in ``[t0, t1]``, ``rtol`` not in ``(0, 1)``, ``atol ≤ 0``,
     ``max_steps`` not a positive integer, an unknown ``solver``, a ``policy`` that is not an
     :class:`~gradflow._engine.policy.AutoPolicy` (``None``: the default)."""
-    t1, ts = check_times(t1, ts)
+    t1, ts, t0 = check_times(t1, ts, t0)
     if ts is None:
-        ts = default_ts(t1)
+        ts = default_ts(t1, t0=t0)
     rtol = check_positive("rtol", rtol, upper=1.0)
     atol = check_positive("atol", atol)
     max_steps = check_positive_int("max_steps", max_steps)
@@ -175,6 +185,8 @@ def check_settings(*, t1, ts, rtol, atol, max_steps, solver, policy=None) -> tup
         policy = DEFAULT_POLICY
     elif not isinstance(policy, AutoPolicy):
         raise bad_arg("policy", policy, "a gradflow.AutoPolicy (or None: the default)")
-    settings = Settings(taus=log_taus(ts, t1), t1=np.asarray(t1), rtol=np.asarray(rtol), atol=np.asarray(atol),
-                        solver=resolve_solver(solver), max_steps=max_steps, keep=len(ts), policy=policy)
+    taus = log_taus(ts, t1)
+    tau0 = taus[0] if ts[0] == t0 else np.log1p(np.float64(t0))  # a save point at t0 is the start, bit for bit
+    settings = Settings(taus=taus, t1=np.asarray(t1), rtol=np.asarray(rtol), atol=np.asarray(atol),
+                        tau0=np.asarray(tau0, np.float64), solver=resolve_solver(solver), max_steps=max_steps, keep=len(ts), policy=policy)
     return settings, ts
