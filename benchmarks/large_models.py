@@ -768,17 +768,22 @@ GD_ETAS = (0.4, 0.2, 0.1, 0.05)
 transformer's start, ``λ_max ≈ 0.96``, and of its path to ``t = 100``, ``λ_max ≈ 5``)."""
 
 
+ACCURACY_ROWS = (("gradflow-loose", dict(solver="auto", rtol=LOOSE_RTOL, atol=LOOSE_RTOL / 100)),
+                 ("gradflow-rkc", dict(solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100)))
+"""The rows whose error :func:`accuracy` measures, with the ``integrate`` settings of their chain."""
+
+
 def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURACY_T) -> dict:
-    """The ``gradflow-rkc`` row's error, and GD's at equal accuracy, on ``[0, t1]``.
+    """The error of the loose gradflow rows (:data:`ACCURACY_ROWS`), and GD's at equal accuracy, on ``[0, t1]``.
 
     - reference: :func:`gradflow.integrate` with ``solver="auto"`` at rtol 1e-10, atol 1e-12 (Dopri8
-      and Rodas4, another method and a tolerance a million times tighter);
-    - ``rkc`` at the row's tolerance (:data:`RKC_RTOL`): ``‖θ − θ_ref‖ / ‖θ_ref‖`` at each of
-      :data:`ACCURACY_TS`;
+      and the stiff phases, a tolerance at least ten thousand times tighter than the rows');
+    - each row's ``integrate`` at its settings (one call from ``t = 0``): ``‖θ − θ_ref‖ / ‖θ_ref‖`` at
+      each of :data:`ACCURACY_TS`;
     - GD at each η of :data:`GD_ETAS` to ``t1`` (``t1/η`` iterations): the same error at ``t1``; GD's
       error is ``O(η)`` (the explicit Euler scheme of the flow), so ``err(η) ≈ c·η`` fitted on the
-      two smallest η gives the η at which GD matches ``rkc``'s error at ``t1``, and the wall clock
-      GD would need for it at its measured seconds per iteration (an extrapolation, labelled so)."""
+      two smallest η gives, per row, the η at which GD matches the row's error at ``t1``, and the wall
+      clock GD would need for it at its measured seconds per iteration (an extrapolation, labelled so)."""
     import jax
     import jax.numpy as jnp
     from jax.flatten_util import ravel_pytree
@@ -794,12 +799,13 @@ def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURAC
     flat = lambda sol: np.stack([np.asarray(ravel_pytree(  # noqa: E731
         jax.tree.map(lambda x: x[i], sol.params))[0]) for i in range(len(ts))])
     R = flat(ref)
-    c0 = time.perf_counter()
-    rkc = gradflow.integrate(loss, params0, t1=t1, ts=ts, solver="rkc", rtol=RKC_RTOL, atol=RKC_RTOL / 100,
-                             rest_stop=False)
-    rkc_wall = time.perf_counter() - c0
     rel = lambda a, b: float(np.linalg.norm(a - b) / np.linalg.norm(b))  # noqa: E731
-    rkc_err = [rel(x, r) for x, r in zip(flat(rkc), R)]
+    rows = []
+    for method, kw in ACCURACY_ROWS:
+        c0 = time.perf_counter()
+        sol = gradflow.integrate(loss, params0, t1=t1, ts=ts, rest_stop=False, **kw)
+        rows.append(dict(method=method, **kw, wall_s=time.perf_counter() - c0, status=sol.status,
+                         steps=int(sol.num_steps), err=[rel(x, r) for x, r in zip(flat(sol), R)]))
     grad = jax.jit(jax.grad(L))
     run = jax.jit(lambda th, eta, k: jax.lax.fori_loop(0, k, lambda i, th: th - eta * grad(th), th))
     gd = []
@@ -812,28 +818,39 @@ def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURAC
         gd.append(dict(eta=eta, iterations=k, wall_s=wall, err=rel(np.asarray(th), R[-1])))
     a, b = gd[-2], gd[-1]
     c = (a["err"] / a["eta"] + b["err"] / b["eta"]) / 2
-    eta_match = rkc_err[-1] / c
     per_iter = b["wall_s"] / b["iterations"]
-    return dict(model=name, t1=t1, ts=ts.tolist(), rtol=RKC_RTOL, ref_wall_s=ref_wall, ref_status=ref.status,
-                rkc_wall_s=rkc_wall, rkc_status=rkc.status, rkc_steps=int(rkc.num_steps), rkc_err=rkc_err, gd=gd,
-                gd_slope=c, eta_match=eta_match, gd_iterations_match=t1 / eta_match,
-                gd_wall_match_s=per_iter * t1 / eta_match)
+    for row in rows:
+        row["eta_match"] = row["err"][-1] / c
+        row["gd_iterations_match"] = t1 / row["eta_match"]
+        row["gd_wall_match_s"] = per_iter * t1 / row["eta_match"]
+    return dict(model=name, t1=t1, ts=ts.tolist(), ref_wall_s=ref_wall, ref_status=ref.status, rows=rows, gd=gd,
+                gd_slope=c)
 
 
 def accuracy_text(acc: dict) -> str:
-    """The report's paragraph on :func:`accuracy`."""
-    errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], acc["rkc_err"][1:]))
+    """The report's paragraph on :func:`accuracy` (also of a measurement from before the loose ``auto``
+    row was measured, which has the ``rkc`` row's keys only)."""
+    if "rows" not in acc:
+        acc = {**acc, "rows": [dict(method="gradflow-rkc", steps=acc["rkc_steps"], wall_s=acc["rkc_wall_s"],
+                                    err=acc["rkc_err"], eta_match=acc["eta_match"],
+                                    gd_iterations_match=acc["gd_iterations_match"],
+                                    gd_wall_match_s=acc["gd_wall_match_s"])]}
     gd = "; ".join(f"η = {g['eta']:g}: {g['err']:.2g} ({g['iterations']:,} iterations, {g['wall_s']:.1f} s)"
                    for g in acc["gd"])
     when = f", {acc['measured']}" if acc.get("measured") else ""
-    return (f"**Accuracy of the `rkc` row** ({acc['model']}, to t = {acc['t1']:g}{when}): against `integrate` with "
-            f"`auto` at rtol 1e-10 (Dopri8 and Rodas4; {acc['ref_wall_s']:.0f} s), `rkc` at rtol {acc['rtol']:g} "
-            f"({acc['rkc_steps']} steps, {acc['rkc_wall_s']:.0f} s) is off by ‖θ − θ_ref‖/‖θ_ref‖ = {errs}. "
-            f"GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is O(η): fitted as "
-            f"{acc['gd_slope']:.3g}·η on the two smallest η, GD matches `rkc`'s error at t = {acc['t1']:g} at "
-            f"η ≈ {acc['eta_match']:.2g}, {acc['gd_iterations_match']:,.0f} iterations, about "
-            f"{acc['gd_wall_match_s']:.0f} s at its measured cost per iteration (**extrapolated** from the fit, "
-            "not run).")
+    parts = []
+    for r in acc["rows"]:
+        errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], r["err"][1:]))
+        parts.append(f"{LABELS[r['method']]} ({r['steps']} steps, {r['wall_s']:.0f} s from t = 0) is off by "
+                     f"‖θ − θ_ref‖/‖θ_ref‖ = {errs}; GD matches its error at t = {acc['t1']:g} at "
+                     f"η ≈ {r['eta_match']:.2g}, {r['gd_iterations_match']:,.0f} iterations, about "
+                     f"{r['gd_wall_match_s']:.0f} s")
+    return (f"**Accuracy of the loose gradflow rows** ({acc['model']}, to t = {acc['t1']:g}{when}): against "
+            f"`integrate` with `auto` at rtol 1e-10, atol 1e-12 ({acc['ref_wall_s']:.0f} s), "
+            + "; ".join(parts) + f". GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is "
+            f"O(η), fitted as {acc['gd_slope']:.3g}·η on the two smallest η; the η, iterations and seconds at "
+            "which GD would match each row are **extrapolated** from that fit at GD's measured cost per "
+            "iteration, not run.")
 
 
 def merge_rows(path: str, res: dict) -> dict:
@@ -877,7 +894,7 @@ def main(argv=None) -> int:
                         "with --accuracy); the rows of the other (model, method) pairs, and an accuracy "
                         "measurement not made now, are kept from the JSON at --out, each with its own date")
     p.add_argument("--accuracy", action="store_true",
-                   help=f"also measure the rkc row's error and GD's at equal accuracy on the transformer to "
+                   help=f"also measure the loose gradflow rows' error and GD's at equal accuracy on the transformer to "
                         f"t = {ACCURACY_T:g} (a few minutes)")
     p.add_argument("--child", nargs=2, metavar=("MODEL", "METHOD"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)

@@ -131,13 +131,22 @@ def test_merge_keeps_the_rows_not_rerun_with_their_dates(tmp_path):
 
 
 def test_accuracy_text_labels_the_extrapolation():
-    acc = dict(model="transformer", t1=100.0, ts=[0.0, 1.0, 100.0], rtol=1e-4, ref_wall_s=100.0, ref_status="ok",
-               rkc_wall_s=10.0, rkc_status="ok", rkc_steps=50, rkc_err=[0.0, 1e-6, 2e-4],
+    row = dict(method="gradflow-rkc", solver="rkc", rtol=1e-4, atol=1e-6, wall_s=10.0, status="ok", steps=50,
+               err=[0.0, 1e-6, 2e-4], eta_match=2e-3, gd_iterations_match=5e4, gd_wall_match_s=250.0)
+    acc = dict(model="transformer", t1=100.0, ts=[0.0, 1.0, 100.0], ref_wall_s=100.0, ref_status="ok", rows=[row],
                gd=[dict(eta=0.1, iterations=1000, wall_s=5.0, err=1e-2), dict(eta=0.05, iterations=2000, wall_s=10.0,
-                                                                               err=5e-3)],
-               gd_slope=0.1, eta_match=2e-3, gd_iterations_match=5e4, gd_wall_match_s=250.0)
+                                                                           err=5e-3)],
+               gd_slope=0.1)
     text = lm.accuracy_text(acc)
     assert "0.0002 at t = 100" in text and "η ≈ 0.002" in text and "**extrapolated**" in text
+    assert "`rkc`, rtol 0.0001" in text and "50 steps" in text
+
+
+def test_accuracy_rows_use_the_rows_own_settings():
+    """The accuracy check measures the loose rows at the settings their chains run with."""
+    rows = dict(lm.ACCURACY_ROWS)
+    assert rows["gradflow-loose"] == dict(solver="auto", rtol=lm.LOOSE_RTOL, atol=lm.LOOSE_RTOL / 100)
+    assert rows["gradflow-rkc"] == dict(solver="rkc", rtol=lm.RKC_RTOL, atol=lm.RKC_RTOL / 100)
 
 
 @pytest.mark.slow  # a fresh process (imports, compiles): ~20 s on 2 cores
