@@ -741,7 +741,7 @@ def report(res: dict, cmd: str) -> str:
          "of the calls cannot foresee a compile, so a call can end well after the budget (its notes say so).", "",
          table(res), ""]
     if res.get("accuracy"):
-        L += [accuracy_text(res["accuracy"]), ""]
+        L += [accuracy_text(res["accuracy"], res["rows"]), ""]
     L += ["Models (fixed seeds, float64):", ""]
     for name, (n, desc, loss0) in starts.items():
         L.append(f"- {name} ({n:,} parameters): {desc}; loss at the start {loss0:.4g}." if loss0 is not None
@@ -827,9 +827,10 @@ def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURAC
                 gd_slope=c)
 
 
-def accuracy_text(acc: dict) -> str:
+def accuracy_text(acc: dict, rows: list | None = None) -> str:
     """The report's paragraph on :func:`accuracy` (also of a measurement from before the loose ``auto``
-    row was measured, which has the ``rkc`` row's keys only)."""
+    row was measured, which has the ``rkc`` row's keys only); with the benchmark's ``rows``, also
+    what GD at each matching η would need to reach the flow time that row reached (extrapolated)."""
     if "rows" not in acc:
         acc = {**acc, "rows": [dict(method="gradflow-rkc", steps=acc["rkc_steps"], wall_s=acc["rkc_wall_s"],
                                     err=acc["rkc_err"], eta_match=acc["eta_match"],
@@ -839,13 +840,19 @@ def accuracy_text(acc: dict) -> str:
                    for g in acc["gd"])
     when = f", {acc['measured']}" if acc.get("measured") else ""
     parts = []
+    reached = {r["method"]: r["t"] for r in rows or () if r["model"] == acc["model"]}
     for r in acc["rows"]:
         errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], r["err"][1:]))
         parts.append(f"{LABELS[r['method']]} ({r['steps']} steps, {r['wall_s']:.0f} s from t = 0) is off by "
                      f"‖θ − θ_ref‖/‖θ_ref‖ = {errs}; GD matches its error at t = {acc['t1']:g} at "
                      f"η ≈ {r['eta_match']:.2g}, {r['gd_iterations_match']:,.0f} iterations, about "
-                     f"{r['gd_wall_match_s']:.0f} s")
-    return (f"**Accuracy of the loose gradflow rows** ({acc['model']}, to t = {acc['t1']:g}{when}): against "
+                     f"{r['gd_wall_match_s']:.0f} s"
+                     + (f" (to the row's t = {reached[r['method']]:.3g}: {reached[r['method']] / r['eta_match']:,.3g} "
+                        f"iterations, about {r['gd_wall_match_s'] * reached[r['method']] / acc['t1'] / 3600:,.0f} h, "
+                        "a lower bound: GD's stability limit 2/λ_max falls below that η once λ_max > "
+                        f"{2 / r['eta_match']:.3g})" if r["method"] in reached else ""))
+    what = "the loose gradflow rows" if len(acc["rows"]) > 1 else f"the {LABELS[acc['rows'][0]['method']]} row"
+    return (f"**Accuracy of {what}** ({acc['model']}, to t = {acc['t1']:g}{when}): against "
             f"`integrate` with `auto` at rtol 1e-10, atol 1e-12 ({acc['ref_wall_s']:.0f} s), "
             + "; ".join(parts) + f". GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is "
             f"O(η), fitted as {acc['gd_slope']:.3g}·η on the two smallest η; the η, iterations and seconds at "

@@ -262,7 +262,7 @@ def large_models(d: dict) -> str:
     if lg.get("accuracy"):
         from benchmarks.large_models import accuracy_text
 
-        text += "\n" + accuracy_text(lg["accuracy"]) + "\n"
+        text += "\n" + accuracy_text(lg["accuracy"], lg["rows"]) + "\n"
     return text
 
 

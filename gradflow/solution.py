@@ -75,9 +75,9 @@ class Solution(_Run):
     - ``params_end``: the parameter pytree of the state the flow ended in, at ``t_end`` (no time
       axis); ``quadratures_end``: ``{name: ()}``, each quadrature there. A run that
       ``max_steps`` stopped between save points got past its last valid point: this is where
-      it got, the state to resume from. ``integrate(loss, sol.params_end, ...)`` continues the
-      flow (it is autonomous), its ``t`` counting from 0 again (add ``t_end``) and its
-      quadratures from 0 (add ``quadratures_end``). A run that reached ``t1`` ends at ``t1``
+      it got, the state to resume from. ``integrate(loss, sol.params_end, t0=float(sol.t_end),
+      t1=...)`` continues the flow at its flow time (the log time keeps its origin), its
+      quadratures counting from ``t0`` (add ``quadratures_end``). A run that reached ``t1`` ends at ``t1``
       (the last saved point when ``ts`` ends at ``t1``, as by default); one that rests, in its
       rest state; one that failed (``nonfinite``, ``stalled``), in its last accepted state,
       which is finite (resuming from it fails again). ``None`` for

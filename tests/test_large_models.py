@@ -140,6 +140,10 @@ def test_accuracy_text_labels_the_extrapolation():
     text = lm.accuracy_text(acc)
     assert "0.0002 at t = 100" in text and "η ≈ 0.002" in text and "**extrapolated**" in text
     assert "`rkc`, rtol 0.0001" in text and "50 steps" in text
+    # with the benchmark's rows: GD at the matching η to the row's t (2e4 / 2e-3 = 1e7 iterations,
+    # 250 s per 100 of t → 5e4 s ≈ 14 h), unstable once λ_max > 2/η = 1000
+    text = lm.accuracy_text(acc, [dict(model="transformer", method="gradflow-rkc", t=2e4)])
+    assert "to the row's t = 2e+04: 1e+07 iterations, about 14 h" in text and "λ_max > 1e+03" in text
 
 
 def test_accuracy_rows_use_the_rows_own_settings():
