@@ -138,6 +138,11 @@ MUTATIONS = (
              "return w >= top - rtol * np.abs(top)", "return w >= top + rtol * np.abs(top)",
              "winners() finds no winner for a positive maximum", "tests/test_theory.py::test_sink_violation_is_reported"),
     # ---- checks
+    Mutation("kkt_rate_fall_from_half_log", "theory/kq_limits.py",
+             "log_from = 0.5 * math.log(tb[-1]) if t_fall is None else math.log(t_fall)",
+             "log_from = 0.5 * math.log(tb[-1])",
+             "mm.kq-kkt-rate measures the residual's fall from sqrt(t1) whatever time it is given",
+             "tests/test_kq_limits.py::test_kkt_verdict_measures_the_fall_from_the_time_it_is_given"),
     Mutation("check_holds_threshold", "theory/_result.py",
              "return Verdict(holds=bool(worst > 0 and all_ok)", "return Verdict(holds=bool(worst > -1 and all_ok)",
              "a check holds with a margin down to −1", "tests/test_theory.py::test_trend_and_tables_can_fail"),

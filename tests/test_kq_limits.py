@@ -140,14 +140,38 @@ def test_classification_rules(args, expected):
     assert kl.classify(*args) == expected
 
 
-def test_new_checks_are_registered_as_exploratory():
+def test_new_checks_are_registered_as_exploratory_and_the_rate_check_as_counted():
     ids = theory.check_ids()
-    assert ids[-3:] == ["mm.kq-nuclear", "mm.kq-kkt", "mm.kq-aligned"]
+    assert ids[-4:] == ["mm.kq-nuclear", "mm.kq-kkt", "mm.kq-kkt-rate", "mm.kq-aligned"]
     assert {"mm.kq-kkt", "mm.kq-aligned"} <= theory.EXPLORATORY
+    assert "mm.kq-kkt-rate" not in theory.EXPLORATORY
+
+
+def test_kkt_verdict_measures_the_fall_from_the_time_it_is_given(draw):
+    """``W_*``'s balanced factors moved by a fixed direction of shrinking size ``ε(t)``: the verdict's
+    residuals are :func:`kkt_residual` at the save times, the fall is measured from ``t_fall`` (the
+    save nearest it in ``log t``; default ``√t1``), and its margins are, by hand,
+    ``min(log10(tol/r(t1)), log10(r(t_fall)/r(t1)) − log10(fall))``."""
+    data, nuc = draw[:2]
+    K, Q = kl.balanced_factors(nuc.w, tmm.KQ_M)
+    R = np.random.default_rng(3).normal(size=(2,) + K.shape)
+    R /= np.linalg.norm(R)
+    t = np.array([1e2, 1e10, 1e150, 1e300])
+    eps = np.array([0.6, 0.3, 0.2, 0.1])
+    scale = np.sqrt(np.sum(K**2) + np.sum(Q**2))
+    Ks = np.stack([K + e * scale * R[0] for e in eps])[None]
+    Qs = np.stack([Q + e * scale * R[1] for e in eps])[None]
+    A = kl.constraint_matrices(data, kl.selection(Ks[0, -1] @ Qs[0, -1].T, data))
+    r = [kl.kkt_residual(Ks[0, k], Qs[0, k], A).r for k in range(4)]
+    for t_fall, k in ((kl.KKT_RATE_FROM, 1), (None, 2)):
+        v = kl.kkt_verdict(t, Ks, Qs, [data], tol=kl.KKT_RATE_TOL, fall=kl.KKT_RATE_FALL, t_fall=t_fall)
+        assert list(v.details["kkt_r_half"]) == [r[k]] and list(v.details["kkt_r_end"]) == [r[3]]
+        hand = min(math.log10(kl.KKT_RATE_TOL / r[3]), math.log10(r[k] / r[3]) - math.log10(kl.KKT_RATE_FALL))
+        assert v.margins[0] == pytest.approx(hand, abs=1e-12)
 
 
 @pytest.mark.slow  # ~1 min each on 2 shared cores: two draws, factorised and combined flows (to 1e100 / 1e30)
-@pytest.mark.parametrize("cid", ["mm.kq-kkt", "mm.kq-aligned"])
+@pytest.mark.parametrize("cid", ["mm.kq-kkt", "mm.kq-kkt-rate", "mm.kq-aligned"])
 def test_check_runs_and_its_control_fails(cid):
     r = theory.run_check(cid, trials=2, seed=0)
     assert r.holds == (r.worst_margin > 0)

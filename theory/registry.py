@@ -38,6 +38,7 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
     "mm.value-softmax": maxmargin.run_mm_value_softmax,
     "mm.kq-nuclear": maxmargin.run_mm_kq_nuclear,
     "mm.kq-kkt": kq_limits.run_mm_kq_kkt,
+    "mm.kq-kkt-rate": kq_limits.run_mm_kq_kkt_rate,
     "mm.kq-aligned": kq_limits.run_mm_kq_aligned,
 }
 """Check id → default-experiment runner, in report order."""
