@@ -124,7 +124,7 @@ def test_exploratory_checks_are_reported_but_counted_only_when_named():
     from gradflow.app import cli
     from gradflow.theory import EXPLORATORY
 
-    assert EXPLORATORY == {"mm.kq-nuclear", "mm.kq-kkt", "mm.kq-aligned"}
+    assert EXPLORATORY == {"mm.kq-nuclear", "mm.kq-kkt", "mm.kq-kkt-rate", "mm.kq-aligned"}
     ok = R(id="thm3.2a", holds=True, control_holds=False)
     open_no = R(id="mm.kq-nuclear", holds=False, control_holds=False)
     assert cli._passed([ok, open_no]) and not cli._passed([ok, open_no], named=True)

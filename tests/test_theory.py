@@ -34,7 +34,7 @@ REQUIRED = [
 ]
 
 
-MAX_MARGIN = ["mm.direction", "mm.regpath", "mm.value-softmax", "mm.kq-nuclear", "mm.kq-kkt", "mm.kq-aligned"]  # run in tests/test_theory_maxmargin.py and tests/test_kq_limits.py
+MAX_MARGIN = ["mm.direction", "mm.regpath", "mm.value-softmax", "mm.kq-nuclear", "mm.kq-kkt", "mm.kq-kkt-rate", "mm.kq-aligned"]  # run in tests/test_theory_maxmargin.py and tests/test_kq_limits.py
 
 
 def test_registry_lists_required_ids():

