@@ -304,10 +304,12 @@ def _probe_cached_call(key, probe_args):
     _PROBED[key] = True
 
 
-def _meta(settings, rest_stop, t0):
-    """The metadata of a flow: its settings, and its start time ``t0`` (checked) where that is not 0."""
+def _meta(settings, rest_stop, t0, phases):
+    """The metadata of a flow: its settings, its start time ``t0`` (checked) where that is not 0,
+    and ``phases``, the solvers its rounds ran (comma-separated, in the order first run)."""
     start = {"t0": float(t0)} if t0 else {}
-    return {"method": "flow", **settings.describe(), **start, "rest_stop": rest_stop, "time": "log1p"}
+    return {"method": "flow", **settings.describe(), **start, "rest_stop": rest_stop, "time": "log1p",
+            "phases": ",".join(phases)}
 
 
 def _solution(out, ts, meta, batch_shape=()) -> Solution:
@@ -406,7 +408,9 @@ def integrate(
 
     **Returns:** a :class:`gradflow.Solution` (``t``, ``params`` with a leading time axis, ``loss``,
     ``grad_norm``, ``observed``, ``quadratures``, ``valid``, ``status``, ``t_end``, ``t_steady``,
-    ``num_steps``). Solver failures do not raise: see ``sol.status``.
+    ``num_steps``). Solver failures do not raise: see ``sol.status``. ``sol.metadata`` holds the
+    settings, and ``"phases"``: the solvers the run went through, comma-separated in the order
+    first run (under ``auto`` e.g. ``"dopri8,rkc"``; for ``integrate_batch``, those of any lane).
 
     **Raises:** :class:`gradflow.GradflowValueError` for a loss that is not a function, fails to
     trace, is not a real float scalar, cannot be differentiated or is non-finite (or has a
@@ -426,9 +430,10 @@ def integrate(
     user, params0, args = prepare_user(loss, params0, args, field, observe, quadratures, batch=False)
     settings, ts = opts.settings(t1, t0)
     lanes = jax.tree.map(lambda x: x[None], params0)
+    phases: list = []
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, lanes, settings.replace(lane=0),
-                     devices=jax.local_devices()[:1])
-    return _solution(out, ts, _meta(settings, rest_stop, t0))
+                     devices=jax.local_devices()[:1], phases=phases)
+    return _solution(out, ts, _meta(settings, rest_stop, t0, phases))
 
 
 def integrate_batch(
@@ -476,6 +481,8 @@ def integrate_batch(
     settings, ts = opts.settings(t1, t0)
     devices = _batch.check_devices(devices)
     B = jax.tree.leaves(params0s)[0].shape[0]
+    phases: list = []
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,
-                     settings.replace(args_batched=bool(args_batched), fixed_width=bool(fixed_width)), devices=devices)
-    return _solution(out, ts, _meta(settings, rest_stop, t0), batch_shape=(B,))
+                     settings.replace(args_batched=bool(args_batched), fixed_width=bool(fixed_width)), devices=devices,
+                     phases=phases)
+    return _solution(out, ts, _meta(settings, rest_stop, t0, phases), batch_shape=(B,))

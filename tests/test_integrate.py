@@ -302,3 +302,21 @@ def test_status_enumeration_is_the_public_status_list():
                                                                  "solver_failed")
     assert [int(s) for s in Status] == [0, 1, 2, 3, 4] and all(s.message for s in Status)
 
+
+
+def test_metadata_records_the_phases_a_run_went_through():
+    """``sol.metadata["phases"]``: the solvers the run's rounds ran, in the order first run. A
+    non-stiff flow under ``auto`` stays in Dopri8; a solver by name runs only itself; under
+    ``integrate_batch`` the phases of any lane. (That they are the rounds the engine ran, against
+    a spy on its rounds, is tested in ``tests/test_stiff.py``.)"""
+    import jax.numpy as jnp
+
+    import gradflow
+
+    loss = lambda p: 0.5 * jnp.sum(p["x"] ** 2)  # noqa: E731
+    p0 = {"x": jnp.array([1.0, -2.0])}
+    assert gradflow.integrate(loss, p0, t1=10.0).metadata["phases"] == "dopri8"
+    assert gradflow.integrate(loss, p0, t1=10.0, solver="rkc").metadata["phases"] == "rkc"
+    assert gradflow.integrate(loss, p0, t1=10.0, solver="rodas4").metadata["phases"] == "rodas4"
+    batch = gradflow.integrate_batch(loss, {"x": jnp.ones((3, 2))}, t1=10.0, solver="dopri5")
+    assert batch.metadata["phases"] == "dopri5"

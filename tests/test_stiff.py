@@ -694,8 +694,12 @@ def _auto_through_engine(monkeypatch, gradient, policy, rtol=1e-8):
     settings, ts = check_settings(t1=1e3, ts=np.array([0.0, 1e-3, 1e-2, 0.1, 1.0, 10.0]), rtol=rtol, atol=rtol / 100,
                                   max_steps=20000, solver="auto", policy=policy)
     used = _solvers_used(monkeypatch)
-    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices())
+    phases: list = []
+    out = batch.run(flow, jnp.asarray(A), jnp.asarray(p0)[None], settings.replace(lane=0), devices=jax.local_devices(),
+                    phases=phases)
     expect = np.stack([1.0 + scipy.linalg.expm(-A * t) @ (p0 - 1.0) for t in ts])
+    # the phases the engine reports (what ``integrate``'s metadata records) are the solvers the spy saw run
+    assert phases[0] == "dopri8" and set(phases) == set(used) and len(phases) == len(set(phases)), (phases, used)
     return {s for s in used if s != "dopri8"}, out, expect
 
 

@@ -483,7 +483,8 @@ def _run_rounds(flow: Flow, fargs, params0, settings: Settings, devices, before=
     return _probe_stalls(flow, fargs, state.code, state.y_end, state.tau_end, fused, settings, devices)
 
 
-def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device]) -> Finished:
+def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax.Device],
+        phases: list | None = None) -> Finished:
     """Integrate ``flow`` for every lane of ``params0`` (a pytree whose leaves share a leading
     lane axis ``B``) from ``t0 = expm1(settings.tau0)`` (default 0) to ``settings.t1``, saving at the log times ``settings.taus``.
 
@@ -504,11 +505,16 @@ def run(flow: Flow, fargs, params0, settings: Settings, *, devices: Sequence[jax
     ``B`` and devices (a single device: the same whichever it is). It costs the padding rows' work
     in later rounds.
 
+    ``phases``: a list to which the name of each solver a round runs is appended, once each, in
+    the order first run (any lane's rounds: under ``auto`` the phases the run went through).
+
     BLAS runs with
     :func:`gradflow._engine.stiff.blas_threads` from the first implicit round on (a run that stays
     explicit, as most do, never touches the thread pools: ~0.05 ms a call)."""
     with contextlib.ExitStack() as stack:
         def before(code):
+            if phases is not None and spec(code).name not in phases:
+                phases.append(spec(code).name)
             if spec(code).implicit and not limited:
                 stack.enter_context(_stiff.blas_threads(spec(code).name, settings.policy.blas_threads))
                 limited.append(code)
