@@ -637,7 +637,8 @@ def _t(r: dict) -> str:
 
 def _count(r: dict) -> str:
     if _is_gradflow(r):
-        return f"{r['count']:,} steps in {r['points'][-1].get('calls', len(r['points']))} call(s)"
+        point = next((p for p in r["points"] if p["wall_s"] == r["wall_s"]), r["points"][-1])  # the reported one
+        return f"{r['count']:,} steps in {point.get('calls', len(r['points']))} call(s)"
     if r["method"] == "gd":
         return f"{r['count']:,} iterations"
     nfev = f", {r['points'][-1]['nfev']:,} gradients" if r["points"][-1].get("nfev") is not None else ""
@@ -849,7 +850,8 @@ def accuracy_text(acc: dict, rows: list | None = None) -> str:
                      f"{r['gd_wall_match_s']:.0f} s"
                      + (f" (to the row's t = {reached[r['method']]:.3g}: {reached[r['method']] / r['eta_match']:,.3g} "
                         f"iterations, about {r['gd_wall_match_s'] * reached[r['method']] / acc['t1'] / 3600:,.0f} h, "
-                        "a lower bound: GD's stability limit 2/λ_max falls below that η once λ_max > "
+                        "an estimate, with the errors at t = 100 carried to that t; GD would be unstable at that η "
+                        "once λ_max > "
                         f"{2 / r['eta_match']:.3g})" if r["method"] in reached else ""))
     what = "the loose gradflow rows" if len(acc["rows"]) > 1 else f"the {LABELS[acc['rows'][0]['method']]} row"
     return (f"**Accuracy of {what}** ({acc['model']}, to t = {acc['t1']:g}{when}): against "

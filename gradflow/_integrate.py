@@ -369,8 +369,13 @@ def integrate(
       sets is the origin of the log time, which stays at ``t = 0``. To resume a run, pass
       ``params0=sol.params_end, t0=float(sol.t_end)``: the steps go on from where they were
       (their length in ``t`` grows like ``1 + t``) instead of restarting from steps sized for
-      ``t = 0``, which makes a chain of calls as cheap as one call (docs: Performance, "Large
-      models").
+      ``t = 0``. (Each call still starts ``solver="auto"`` in its explicit phase; docs:
+      Performance, "Large models".) ``[t0, t1]`` must be resolved in log time: ``t1 − t0`` at
+      least about ``1e6`` float64 spacings of ``log1p(t1)`` times ``1 + t1``. Far from the origin
+      log time cannot resolve fast dynamics either: a transient of time scale ``1/λ`` at ``t0``
+      spans ``≈ 1/(λ·t0)`` in log time, and a run whose steps must fall below ``1024`` ulps of
+      ``log1p(t1)`` (``6e-12`` at ``t1 = 1e12``, so ``λ·t0 ≳ 5e11``) ends ``stalled``. Start such a
+      flow nearer the origin, where its fast modes decay before ``t`` is large.
     - ``ts``: flow times to save at, strictly increasing in ``[t0, t1]``; default ``t0`` and 400
       log-spaced points from ``t0 + 1e-3`` to ``t1`` (for ``t0 > 0``, the default grid of a run of
       length ``t1 − t0`` shifted by ``t0``).
@@ -459,7 +464,8 @@ def integrate_batch(
 ) -> Solution:
     """:func:`integrate` for ``B`` initial conditions at once (``jax.vmap`` over lanes).
 
-    Every leaf of ``params0s`` carries a leading batch axis ``B``. ``args`` is shared by all
+    Every leaf of ``params0s`` carries a leading batch axis ``B``. ``t0`` is one start time for
+    every lane (lanes that ended at different times are resumed by one call each). ``args`` is shared by all
     lanes, or, with ``args_batched=True``, has a leading axis ``B`` on every array leaf (one
     data set or teacher per lane). Every array of the returned :class:`gradflow.Solution` gains
     a leading axis ``B``; ``status`` is per lane. Lanes are solved in rounds (lanes still

@@ -110,22 +110,35 @@ def check_positive_int(name: str, x, what: str = "a positive integer") -> int:
     return int(v)
 
 
+LOG_SPAN_ULPS = 1e6
+"""The smallest accepted ``log1p(t1) − log1p(t0)`` of a flow started at ``t0 > 0``, in float64
+spacings of ``log1p(t1)``: the span's flow time is then resolved to about ``1e-6`` relative (a
+run from ``t0`` to a ``t1`` closer than that would take no step and return ``params0``)."""
+
+
 def check_times(t1, ts, t0=0.0) -> tuple[float, np.ndarray | None, float]:
     """Validate the horizon ``t1``, the start time ``t0`` and the save times ``ts`` (``None``
     stays ``None``); returns ``(t1, ts, t0)``.
 
-    Accepted: ``0 < t1 < ∞``; ``0 ≤ t0 < t1`` (default ``0``); ``ts`` a non-empty 1-D array of
-    finite, strictly increasing flow times in ``[t0, t1]``. Also refuses a horizon the working
-    precision cannot resolve (:func:`check_time_resolution`).
+    Accepted: ``0 < t1 < ∞``; ``0 ≤ t0 < t1`` (default ``0``), a real number, with ``[t0, t1]``
+    resolved in log time (:data:`LOG_SPAN_ULPS`); ``ts`` a non-empty 1-D array of finite, strictly
+    increasing flow times in ``[t0, t1]``. Also refuses a horizon the working precision cannot
+    resolve (:func:`check_time_resolution`).
     """
     t1 = check_positive("t1", t1)
     check_time_resolution("t1", t1)
-    if not (isinstance(t0, (int, float, np.integer, np.floating)) and not isinstance(t0, bool)
-            or (isinstance(t0, (np.ndarray, jax.Array)) and np.ndim(t0) == 0)):
-        raise bad_arg("t0", t0, f"a real number in [0, t1 = {t1:g}): the flow time of params0")
+    accepted = f"a real number in [0, t1 = {t1:g}): the flow time of params0"
+    real = (isinstance(t0, (int, float, np.integer, np.floating)) and not isinstance(t0, (bool, np.bool_))) or (
+        isinstance(t0, (np.ndarray, jax.Array)) and np.ndim(t0) == 0 and np.asarray(t0).dtype.kind in "iuf")
+    if not real:
+        raise bad_arg("t0", t0, accepted)
     t0 = float(t0)
     if not (0.0 <= t0 < t1):
-        raise bad_arg("t0", t0, f"a real number in [0, t1 = {t1:g}): the flow time of params0")
+        raise bad_arg("t0", t0, accepted)
+    if t0 > 0 and np.log1p(t1) - np.log1p(t0) < LOG_SPAN_ULPS * np.spacing(np.log1p(t1)):
+        raise bad_arg("t1", t1, f"a horizon further from t0 = {t0:g}: the flow runs in log time log(1 + t), which "
+                      f"resolves [t0, t1] only if t1 - t0 is at least about {LOG_SPAN_ULPS:g} float64 spacings of "
+                      f"log(1 + t1) times (1 + t1), {LOG_SPAN_ULPS * np.spacing(np.log1p(t1)) * (1 + t1):.3g} here")
     span = "[0, t1]" if t0 == 0 else f"[t0, t1] = [{t0:g}, {t1:g}]"
     if ts is None:
         return t1, None, t0

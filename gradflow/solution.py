@@ -62,8 +62,9 @@ class Solution(_Run):
     - ``grad_norm (T,)``: ``‖d params/dt‖₂`` over all leaves (``= ‖∇L‖₂`` unless an explicit
       ``field`` was given).
     - ``observed``: ``{name: (T, ...)}``, each ``observe`` function at the saved points.
-    - ``quadratures``: ``{name: (T,)}``, ``∫₀ᵗ g(params(t')) dt'`` of each ``quadratures``
-      integrand, integrated with the flow (GD: the left Riemann sum ``Σ lr·g``).
+    - ``quadratures``: ``{name: (T,)}``, ``∫_{t0}^t g(params(t')) dt'`` of each ``quadratures``
+      integrand (``t0`` the start time, default 0), integrated with the flow (GD: the left
+      Riemann sum ``Σ lr·g``).
     - ``valid (T,)`` bool: whether the run reached that point; unreached points hold the last
       saved state (never NaN/inf; the state at ``t_end`` is ``params_end``).
     - ``num_steps ()`` int: solver steps taken (accepted and rejected), or GD iterations done.

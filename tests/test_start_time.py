@@ -87,7 +87,7 @@ def test_the_rest_stop_from_t0_holds_the_rest_state_and_continues_quadratures():
 @pytest.mark.bad_input
 @pytest.mark.parametrize("t0, message", [
     (-1.0, "t0"), (10.0, "t0"), (20.0, "t0"), (float("nan"), "t0"), (float("inf"), "t0"), (True, "t0"),
-    ("1", "t0"), (np.zeros(2), "t0"),
+    ("1", "t0"), (np.zeros(2), "t0"), (np.array(True), "t0"), (np.array("2.5"), "t0"), (np.array(1 + 0j), "t0"),
 ])
 def test_bad_start_times_are_refused(t0, message):
     with pytest.raises(gradflow.GradflowValueError, match=message):
@@ -149,3 +149,28 @@ def test_a_run_that_fails_at_its_first_step_still_returns_its_start_at_t0():
     # RKC is second order: its global error at rtol 1e-8 over two e-folds is ~4e-6 relative (9e-7 from t = 0)
     np.testing.assert_allclose(np.asarray(good.params), np.exp(-(np.array([t0, 4.0, 5.0]) - t0))[:, None] * np.asarray(th0),
                                rtol=2e-5)
+
+
+@pytest.mark.bad_input
+def test_a_span_log_time_cannot_resolve_is_refused():
+    """From ``t0 = 1e12`` log time resolves steps of about ``3.6e-15·(1 + t)`` ≈ 4e-3 in ``t``: a span
+    of 1e-3 would take no step and return ``params0`` as the state at ``t1``, so it is refused. A
+    span of 1e6 on a slow flow (curvature 1e-9) is fine, against its closed form. A transient of
+    time scale 1 at t0 = 1e12 spans ~1e-12 in log time, below the smallest step the solve accepts
+    (``STALL_ULPS`` ulps of τ1, 6e-12): it ends ``stalled`` (a status, not a silent answer), as the
+    docstring of ``integrate`` says."""
+    with pytest.raises(gradflow.GradflowValueError, match="t1 - t0 is at least"):
+        gradflow.integrate(quadratic, {"x": np.ones(4)}, t0=1e12, t1=1e12 + 1e-3)
+    slow = lambda p: 0.5e-9 * jnp.sum(p["x"] ** 2)  # noqa: E731
+    sol = gradflow.integrate(slow, {"x": np.ones(4)}, t0=1e12, t1=1e12 + 1e6, rtol=1e-10, rest_stop=False)
+    assert sol.status == "ok"
+    np.testing.assert_allclose(np.asarray(sol.params["x"])[-1], np.exp(-1e-3), rtol=1e-8)
+    fast = gradflow.integrate(quadratic, {"x": np.ones(4)}, t0=1e12, t1=1e12 + 1e6, rest_stop=False)
+    assert fast.status == "stalled"
+
+
+def test_the_default_grid_far_from_the_origin_keeps_points_log_time_tells_apart():
+    from gradflow._engine.settings import default_ts
+
+    ts = default_ts(1e12 + 1e6, t0=1e12)
+    assert ts[0] == 1e12 and ts[-1] == 1e12 + 1e6 and np.all(np.diff(np.log1p(ts)) > 0)

@@ -98,12 +98,17 @@ class Round:
 def default_ts(t1: float, num: int = 400, t0: float = 0.0) -> np.ndarray:
     """``t = 0`` followed by ``num`` log-spaced flow times from ``1e-3`` to ``t1``
     (``num`` linearly spaced points if ``t1 ≤ 1e-3``). With a start time ``t0 > 0``: the grid of a
-    run of length ``t1 − t0``, shifted by ``t0`` (points that round to the same float dropped;
-    the first is ``t0``, the last ``t1``)."""
+    run of length ``t1 − t0``, shifted by ``t0`` (points that round to the same float, or to the
+    same log time ``log1p(t)``, dropped; the first is ``t0``, the last ``t1``)."""
     if t0:
         ts = np.unique(t0 + default_ts(t1 - t0, num))
         ts[0], ts[-1] = t0, t1
-        return np.unique(ts)
+        ts = np.unique(ts)
+        taus = np.log1p(ts)  # keep the points log time tells apart (the ends always)
+        keep = np.concatenate([[True], np.diff(taus) > 0])
+        keep[-1] = True
+        ts = ts[keep]
+        return ts if len(ts) < 2 or np.log1p(ts[-2]) < np.log1p(ts[-1]) else np.delete(ts, -2)
     if t1 <= 1e-3:
         return np.linspace(0.0, t1, num + 1)
     grid = np.geomspace(1e-3, t1, num)

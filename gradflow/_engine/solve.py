@@ -6,7 +6,7 @@ The engine knows no model. A :class:`Flow` says what to integrate:
   e.g. ``−∇L`` (:func:`gradflow.integrate`) or the value-softmax field with its exact centred
   softmax derivative (:func:`gradflow.simulate`);
 * ``rates(params, args)``: a dict of scalar integrands carried as quadrature states
-  (``Q_name(t) = ∫₀ᵗ rate dt``, e.g. the polarisation coefficient Γ of paper Eq. 6);
+  (``Q_name(t) = ∫_{t0}^t rate dt`` from the start time ``t0``, default 0, e.g. the polarisation coefficient Γ of paper Eq. 6);
 * ``observe(params, args)``: a dict of arrays evaluated at the save points (metrics).
 
 The ODE state is ``y = (params, quadratures)`` and the solve runs in log time
