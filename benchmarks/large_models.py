@@ -41,7 +41,7 @@ the last checkpoint within the budget; a call, chunk or step that ended after it
   starts ``auto`` anew (Dopri8 for 64 steps, then stiffness detection): a single call to
   ``t1 = 1e12`` would keep its stiff phase instead; the chain costs that. (Before ``t0`` existed,
   each call also restarted the log time at its own start, so its first steps were sized for
-  ``t = 0`` again: the rows of ``LARGE_MODELS.json`` before 2026-12-07 were measured so.)
+  ``t = 0`` again: gradflow rows measured before 2026-12-07 19:50 UTC ran so.)
 - **GD** at its stability limit: ``θ ← θ − lr ∇L(θ)`` as one jitted ``lax.fori_loop`` per chunk
   (about 1/25 of the budget each, the last cut to what is left), flow time ``t = Σ lr·k`` (``k`` iterations per chunk).
   ``lr = 1.9/λ_max`` of the Hessian at the start (λ_max: the largest-magnitude eigenvalue by power
@@ -856,7 +856,10 @@ def accuracy_text(acc: dict, rows: list | None = None) -> str:
     what = "the loose gradflow rows" if len(acc["rows"]) > 1 else f"the {LABELS[acc['rows'][0]['method']]} row"
     return (f"**Accuracy of {what}** ({acc['model']}, to t = {acc['t1']:g}{when}): against "
             f"`integrate` with `auto` at rtol 1e-10, atol 1e-12 ({acc['ref_wall_s']:.0f} s), "
-            + "; ".join(parts) + f". GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is "
+            + "; ".join(parts) + ". The reference's own error is not measured: under the default policy its stiff "
+            "phase may be `rkc`, second order, whose global error was 90–360 times its rtol on the linear flow of "
+            "`tests/test_start_time.py` (9e-9 to 4e-8 at rtol 1e-10), so errors below about 4e-8 above may be the "
+            f"reference's own. GD (the explicit Euler scheme of the flow) to the same t: {gd}. Its error is "
             f"O(η), fitted as {acc['gd_slope']:.3g}·η on the two smallest η; the η, iterations and seconds at "
             "which GD would match each row are **extrapolated** from that fit at GD's measured cost per "
             "iteration, not run.")
