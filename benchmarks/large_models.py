@@ -829,14 +829,8 @@ def accuracy(name: str = "transformer", quick: bool = False, t1: float = ACCURAC
 
 
 def accuracy_text(acc: dict, rows: list | None = None) -> str:
-    """The report's paragraph on :func:`accuracy` (also of a measurement from before the loose ``auto``
-    row was measured, which has the ``rkc`` row's keys only); with the benchmark's ``rows``, also
-    what GD at each matching η would need to reach the flow time that row reached (extrapolated)."""
-    if "rows" not in acc:
-        acc = {**acc, "rows": [dict(method="gradflow-rkc", steps=acc["rkc_steps"], wall_s=acc["rkc_wall_s"],
-                                    err=acc["rkc_err"], eta_match=acc["eta_match"],
-                                    gd_iterations_match=acc["gd_iterations_match"],
-                                    gd_wall_match_s=acc["gd_wall_match_s"])]}
+    """The report's paragraph on :func:`accuracy`; with the benchmark's ``rows``, also what GD at
+    each matching η would need to reach the flow time that row reached (extrapolated)."""
     gd = "; ".join(f"η = {g['eta']:g}: {g['err']:.2g} ({g['iterations']:,} iterations, {g['wall_s']:.1f} s)"
                    for g in acc["gd"])
     when = f", {acc['measured']}" if acc.get("measured") else ""
@@ -844,15 +838,16 @@ def accuracy_text(acc: dict, rows: list | None = None) -> str:
     reached = {r["method"]: r["t"] for r in rows or () if r["model"] == acc["model"]}
     for r in acc["rows"]:
         errs = ", ".join(f"{e:.2g} at t = {t:g}" for t, e in zip(acc["ts"][1:], r["err"][1:]))
+        far = ""
+        if r["method"] in reached:
+            t = reached[r["method"]]
+            far = (f" (to the row's t = {t:.3g}: {t / r['eta_match']:,.3g} iterations, about "
+                   f"{r['gd_wall_match_s'] * t / acc['t1'] / 3600:,.0f} h, an estimate, with the errors at t = 100 "
+                   f"carried to that t; GD would be unstable at that η once λ_max > {2 / r['eta_match']:.3g})")
         parts.append(f"{LABELS[r['method']]} ({r['steps']} steps, {r['wall_s']:.0f} s from t = 0) is off by "
                      f"‖θ − θ_ref‖/‖θ_ref‖ = {errs}; GD matches its error at t = {acc['t1']:g} at "
                      f"η ≈ {r['eta_match']:.2g}, {r['gd_iterations_match']:,.0f} iterations, about "
-                     f"{r['gd_wall_match_s']:.0f} s"
-                     + (f" (to the row's t = {reached[r['method']]:.3g}: {reached[r['method']] / r['eta_match']:,.3g} "
-                        f"iterations, about {r['gd_wall_match_s'] * reached[r['method']] / acc['t1'] / 3600:,.0f} h, "
-                        "an estimate, with the errors at t = 100 carried to that t; GD would be unstable at that η "
-                        "once λ_max > "
-                        f"{2 / r['eta_match']:.3g})" if r["method"] in reached else ""))
+                     f"{r['gd_wall_match_s']:.0f} s{far}")
     what = "the loose gradflow rows" if len(acc["rows"]) > 1 else f"the {LABELS[acc['rows'][0]['method']]} row"
     return (f"**Accuracy of {what}** ({acc['model']}, to t = {acc['t1']:g}{when}): against "
             f"`integrate` with `auto` at rtol 1e-10, atol 1e-12 ({acc['ref_wall_s']:.0f} s), "

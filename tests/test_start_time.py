@@ -9,6 +9,7 @@ import pytest
 from scipy.integrate import solve_ivp
 
 import gradflow
+from tests.test_chebyshev import _half_square  # a loss with finite gradients and NaN Hessian–vector products
 
 LAM = np.array([1e-3, 1e-2, 0.1, 1.0])
 
@@ -111,28 +112,6 @@ def test_the_default_grid_from_t0_is_the_fresh_grid_shifted():
     # far from the origin, points closer than the float spacing of t0 merge; the ends stay exact
     ts = default_ts(1e30 + 1e18, t0=1e30)
     assert ts[0] == 1e30 and ts[-1] == 1e30 + 1e18 and np.all(np.diff(ts) > 0)
-
-
-@jax.custom_jvp
-def _slope(x):
-    return x
-
-
-@_slope.defjvp
-def _slope_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    return _slope(x), jnp.nan * dx  # the Hessian–vector product is NaN; the gradient is not
-
-
-@jax.custom_jvp
-def _half_square(x):
-    return 0.5 * x**2
-
-
-@_half_square.defjvp
-def _half_square_jvp(primals, tangents):
-    (x,), (dx,) = primals, tangents
-    return _half_square(x), _slope(x) * dx
 
 
 def test_a_run_that_fails_at_its_first_step_still_returns_its_start_at_t0():

@@ -101,14 +101,13 @@ def default_ts(t1: float, num: int = 400, t0: float = 0.0) -> np.ndarray:
     run of length ``t1 − t0``, shifted by ``t0`` (points that round to the same float, or to the
     same log time ``log1p(t)``, dropped; the first is ``t0``, the last ``t1``)."""
     if t0:
-        ts = np.unique(t0 + default_ts(t1 - t0, num))
+        ts = t0 + default_ts(t1 - t0, num)
         ts[0], ts[-1] = t0, t1
-        ts = np.unique(ts)
-        taus = np.log1p(ts)  # keep the points log time tells apart (the ends always)
-        keep = np.concatenate([[True], np.diff(taus) > 0])
+        # the points log time tells apart: both ends, and each point past its predecessor and short of t1
+        taus = np.log1p(ts)
+        keep = np.concatenate([[True], (taus[1:] > taus[:-1]) & (taus[1:] < taus[-1])])
         keep[-1] = True
-        ts = ts[keep]
-        return ts if len(ts) < 2 or np.log1p(ts[-2]) < np.log1p(ts[-1]) else np.delete(ts, -2)
+        return ts[keep]
     if t1 <= 1e-3:
         return np.linspace(0.0, t1, num + 1)
     grid = np.geomspace(1e-3, t1, num)
