@@ -16,28 +16,49 @@ The criteria, fixed before the runs: a **sink head** has layer-2 BOS share > 0.9
 measure); the model **learns the task** when the held-out induction accuracy is ≥ 0.5 (the quick
 Sec. 4 runs, which make sinks on fresh data, reach 0.995).
 
-``python -m gradflow.sims.beyond.sinks_sizing OUT.json N:D:H:STEPS [...]`` runs each size
-(``n_train``, ``d_model``, ``n_heads``, AdamW steps) and writes every run's rows to ``OUT.json``
-(atomically, after each run).
+**A second task, where attention is of no use** (``task="zipf"``; Gu et al., "When Attention
+Sink Emerges in Language Models", 2024, and Guo et al., "Active-Dormant Attention Heads", 2024,
+report sinks in small models on data of this kind): sequences ``[BOS, u_1 … u_12]`` with the
+``u_i`` drawn independently from a Zipf law over the content ids (``P(k) ∝ 1/k``, ``k = 1 …
+vocab − 1``; :func:`zipf_batch`), the same model (input ``[BOS, u_1 … u_11]``, no shifted query
+ids), trained on the mean next-token cross-entropy of all 12 positions. The Bayes-optimal
+prediction is the unigram law, whatever the context, so attention can only help a model memorise
+its training set. The criteria, fixed before the runs: a sink head as above; the model **learns
+the task** when its held-out cross-entropy is within :data:`LEARNED_EXCESS` nats of the Zipf law's
+entropy (:func:`zipf_entropy`: 3.183 nats at ``vocab = 50``) — it predicts the law rather than
+memorising.
+
+``python -m gradflow.sims.beyond.sinks_sizing OUT.json N:D:H:STEPS[:TASK] [...]`` runs each size
+(``n_train``, ``d_model``, ``n_heads``, AdamW steps, ``induction`` (default) or ``zipf``) and
+appends every run's rows to ``OUT.json`` (atomically, after each run; the runs already there are kept).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import sys
 import time
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 
 from gradflow.io import atomic_write
 from gradflow.sims.beyond import flow_sinks
 from gradflow.sims.build import provenance
-from gradflow.sims.sec4.train import measure
+from gradflow.internal import bad_arg
+from gradflow.sims.sec4.tasks import BOS
+from gradflow.sims.sec4.train import _forward, _model, _seeds, bos_share, measure
 
-__all__ = ["SINK_SHARE", "LEARNED_ACC", "adamw_run", "main"]
+__all__ = ["SINK_SHARE", "LEARNED_ACC", "LEARNED_EXCESS", "TASKS", "zipf_batch", "zipf_entropy", "zipf_setup",
+           "adamw_run", "main"]
+
+TASKS = ("induction", "zipf")
+"""The sizing tasks: the Sec. 4 induction task, and BOS + Zipf unigrams (attention of no use)."""
 
 SINK_SHARE = 0.9
 """A head whose layer-2 BOS share exceeds this is a sink head (the authors' measure)."""
@@ -45,50 +66,137 @@ SINK_SHARE = 0.9
 LEARNED_ACC = 0.5
 """Held-out induction accuracy from which the model counts as having learnt the task (chance ≈ 1/49)."""
 
+LEARNED_EXCESS = 0.05
+"""Zipf task: held-out cross-entropy at most this many nats above the Zipf law's entropy counts as
+having learnt the task (at the start it is about 0.7 nats above: ``log 50 − 3.18``)."""
+
+ZIPF_LENGTH = 13
+"""Zipf task: tokens per drawn sequence (BOS and 12 draws): the model reads the first 12, as the
+induction task's, and predicts the next token at each of them."""
+
+
+def _zipf_law(vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    k = np.arange(1, vocab)
+    p = 1.0 / k
+    return k, p / p.sum()
+
+
+def zipf_batch(seed: int, n_seq: int, *, vocab: int = 50, length: int = ZIPF_LENGTH) -> np.ndarray:
+    """``(n_seq, length)`` int32 sequences ``[BOS, u_1 … u_{length−1}]``, the ``u_i`` independent
+    with ``P(u = k) ∝ 1/k`` over the content ids ``k = 1 … vocab − 1`` (``BOS = 0``), from a NumPy
+    generator seeded with ``seed``. Raises :class:`GradflowValueError` for ``n_seq < 1``,
+    ``vocab < 2`` or ``length < 2``."""
+    for name, val, low in (("n_seq", n_seq, 1), ("vocab", vocab, 2), ("length", length, 2)):
+        if not (isinstance(val, (int, np.integer)) and not isinstance(val, bool) and val >= low):
+            raise bad_arg(name, val, f"an integer >= {low}")
+    k, p = _zipf_law(vocab)
+    seq = np.empty((n_seq, length), np.int32)
+    seq[:, 0] = BOS
+    seq[:, 1:] = np.random.default_rng(seed).choice(k, size=(n_seq, length - 1), p=p)
+    return seq
+
+
+def zipf_entropy(vocab: int = 50) -> float:
+    """The entropy (nats) of :func:`zipf_batch`'s law: the least expected next-token cross-entropy."""
+    _, p = _zipf_law(vocab)
+    return float(-(p * np.log(p)).sum())
+
+
+def _zipf_loss(static):
+    def loss(p, args):
+        logits, _ = jax.vmap(eqx.combine(p, static))(args[0])
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, args[1]))
+    return loss
+
+
+def zipf_setup(run_cfg):
+    """The Zipf task's ``(loss, params0, args, static)`` as :func:`flow_sinks.setup` returns the
+    induction task's: the model of ``run_cfg`` (an induction ``RunConfig`` with
+    ``shift_query=False``) at its initialisation, ``args = (x, y)`` the ``n_train`` training
+    sequences' inputs and next tokens (train seed of ``run_cfg``), ``loss`` the mean next-token
+    cross-entropy over all positions."""
+    train_seed, _ = _seeds(run_cfg)
+    seq = zipf_batch(train_seed, run_cfg.n_train, vocab=run_cfg.vocab)
+    params, static = eqx.partition(_model(run_cfg), eqx.is_inexact_array)
+    params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
+    return _zipf_loss(static), params, (jnp.asarray(seq[:, :-1]), jnp.asarray(seq[:, 1:])), static
+
+
+def _zipf_measure(model, run_cfg, static) -> dict:
+    """Held-out cross-entropy and layer-2 BOS shares on ``n_test`` fresh Zipf sequences (test seed)."""
+    _, test_seed = _seeds(run_cfg)
+    seq = zipf_batch(test_seed, run_cfg.n_test, vocab=run_cfg.vocab)
+    x, y = seq[:, :-1], seq[:, 1:]
+    params = eqx.filter(model, eqx.is_inexact_array)
+    test_loss = float(_zipf_loss(static)(params, (jnp.asarray(x), jnp.asarray(y))))
+    _, maps = _forward(model, x)
+    return {"test_loss": test_loss, "bos_share": bos_share(maps, run_cfg.sink_rows)}
+
 
 def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: int = 500, points: int = 8,
-              lr: float | None = None, weight_decay: float | None = None) -> dict:
-    """AdamW on the full batch of ``n_train`` fixed induction sequences from the flow's
-    initialisation (:func:`gradflow.sims.beyond.flow_sinks.setup`, softmax attention, the figure's
-    run seed); ``lr`` and ``weight_decay`` default to the figure's AdamW (``adam_lr``, ``adam_wd`` of
-    :func:`gradflow.sims.beyond.flow_sinks.config`).
+              lr: float | None = None, weight_decay: float | None = None, task: str = "induction",
+              kernel: str = "softmax", normalization: bool = True) -> dict:
+    """AdamW on the full batch of ``n_train`` fixed sequences of ``task`` (:data:`TASKS`) from the
+    flow's initialisation (:func:`gradflow.sims.beyond.flow_sinks.setup`, ``kernel`` attention, the
+    figure's run seed; for ``zipf``, :func:`zipf_setup`); ``lr`` and ``weight_decay`` default to the
+    figure's AdamW (``adam_lr``, ``adam_wd`` of :func:`gradflow.sims.beyond.flow_sinks.config`).
 
-    **Returns:** a JSON-able dict: the sizes, ``seed``, ``wall_s`` (the AdamW run, its compilation included),
-    ``n_params`` and ``rows``: per recorded step ``k`` (0 and about ``points`` log-spaced steps up
-    to ``steps``) the training ``loss``, held-out ``acc`` and layer-2 ``bos`` shares per head;
-    ``sink_heads`` and ``learned`` at the last step (criteria :data:`SINK_SHARE`, :data:`LEARNED_ACC`)."""
+    **Returns:** a JSON-able dict: the sizes, ``task``, ``kernel``, ``seed``, ``wall_s`` (the AdamW
+    run, its compilation included), ``n_params`` and ``rows``: per recorded step ``k`` (0 and about
+    ``points`` log-spaced steps up to ``steps``) the training ``loss``, layer-2 ``bos`` shares per
+    head and, for ``induction``, the held-out ``acc``; for ``zipf``, the held-out ``test_loss`` and
+    its ``excess`` over :func:`zipf_entropy`. ``sink_heads`` and ``learned`` at the last step
+    (criteria :data:`SINK_SHARE` and :data:`LEARNED_ACC` / :data:`LEARNED_EXCESS`).
+
+    **Raises:** :class:`GradflowValueError` for a ``task`` not in :data:`TASKS`."""
+    if task not in TASKS:
+        raise bad_arg("task", task, f"one of {list(TASKS)}")
     cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test}
     lr = cfg["adam_lr"] if lr is None else lr
     weight_decay = cfg["adam_wd"] if weight_decay is None else weight_decay
-    run_cfg = flow_sinks.run_config(cfg, "softmax", True)
-    loss, params0, args, static = flow_sinks.setup(run_cfg)
+    run_cfg = flow_sinks.run_config(cfg, kernel, normalization)
+    if task == "zipf":
+        run_cfg = dataclasses.replace(run_cfg, shift_query=False)
+        loss, params0, args, static = zipf_setup(run_cfg)
+    else:
+        loss, params0, args, static = flow_sinks.setup(run_cfg)
     record = flow_sinks._int_grid(steps, points)
     start = time.perf_counter()
     run = flow_sinks.descent(loss, params0, args, steps=steps, record=record, lr=lr,
                              optimizer=optax.adamw(lr, weight_decay=weight_decay))
     wall = time.perf_counter() - start
-    rows = []
+    rows, h = [], zipf_entropy(run_cfg.vocab)
     for i, k in enumerate(record):
-        m = measure(eqx.combine(jax.tree.map(lambda a: a[i], run.params), static), run_cfg)
-        rows.append({"k": int(k), "loss": float(np.asarray(run.loss)[i]), "acc": float(m["induction_acc"]),
-                     "bos": [round(float(b), 4) for b in m["bos_share"][-1]]})
+        model = eqx.combine(jax.tree.map(lambda a: a[i], run.params), static)
+        row = {"k": int(k), "loss": float(np.asarray(run.loss)[i])}
+        if task == "zipf":
+            m = _zipf_measure(model, run_cfg, static)
+            row |= {"test_loss": m["test_loss"], "excess": m["test_loss"] - h}
+        else:
+            m = measure(model, run_cfg)
+            row["acc"] = float(m["induction_acc"])
+        rows.append(row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]]})
     last = rows[-1]
-    return {"n_train": n_train, "d_model": d_model, "n_heads": n_heads, "steps": steps, "n_test": n_test, "seed": cfg["seed"],
+    learned = last["excess"] <= LEARNED_EXCESS if task == "zipf" else last["acc"] >= LEARNED_ACC
+    return {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
+            "n_heads": n_heads, "steps": steps, "n_test": n_test, "seed": cfg["seed"],
             "lr": lr, "weight_decay": weight_decay, "n_params": int(sum(x.size for x in jax.tree.leaves(params0))),
             "wall_s": round(wall, 1), "rows": rows,
-            "sink_heads": int(sum(b > SINK_SHARE for b in last["bos"])), "learned": last["acc"] >= LEARNED_ACC}
+            "sink_heads": int(sum(b > SINK_SHARE for b in last["bos"])), "learned": bool(learned)}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS [...]",
+        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS[:TASK] [...]",
               file=sys.stderr)
         return 2
-    out, runs = argv[0], []
+    out = argv[0]
+    runs = json.load(open(out))["runs"] if os.path.exists(out) else []
     for item in argv[1:]:
-        n, d, h, steps = (int(v) for v in item.split(":"))
-        runs.append(adamw_run(n, d, h, steps))
+        parts = item.split(":")
+        n, d, h, steps = (int(v) for v in parts[:4])
+        runs.append(adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction"))
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "rows"}), flush=True)
         text = json.dumps({"runs": runs, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
