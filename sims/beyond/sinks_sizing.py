@@ -28,6 +28,18 @@ the task** when its held-out cross-entropy is within :data:`LEARNED_EXCESS` nats
 entropy (:func:`zipf_entropy`: 3.183 nats at ``vocab = 50``) — it predicts the law rather than
 memorising.
 
+**A third task, where a head is needed only sometimes** (``task="backcopy"``; after the
+Bigram-Backcopy task of Guo et al., "Active-Dormant Attention Heads: Mechanistically Demystifying
+Extreme-Token Phenomena in LLMs", 2024, who report sinks on it in small models; the transition law,
+the trigger set and the sizes here are this project's choices, not theirs): ``[BOS, x_1 … x_12]``
+with ``x_1`` from the Zipf law above and each next token from a fixed bigram law (row ``a``: the
+Zipf law over a permutation of the content ids drawn for ``a``, :data:`BACKCOPY_LAW_SEED`), except
+after a trigger token (ids ``1 … BACKCOPY_TRIGGERS``), where it copies the token *before* the
+trigger (:func:`backcopy_batch`). A head must copy at the trigger positions and has nothing to do
+elsewhere. Same model and loss as the Zipf task; the model **learns the task** when its held-out
+accuracy on the copied tokens is at least :data:`LEARNED_ACC` (fixed before the runs, as the
+induction task's).
+
 ``python -m gradflow.sims.beyond.sinks_sizing OUT.json N:D:H:STEPS[:TASK] [...]`` runs each size
 (``n_train``, ``d_model``, ``n_heads``, AdamW steps, ``induction`` (default) or ``zipf``) and
 appends every run's rows to ``OUT.json`` (atomically, after each run; the runs already there are kept).
@@ -52,13 +64,20 @@ from gradflow.sims.beyond import flow_sinks
 from gradflow.sims.build import provenance
 from gradflow.internal import bad_arg
 from gradflow.sims.sec4.tasks import BOS
-from gradflow.sims.sec4.train import _forward, _model, _seeds, bos_share, measure
+from gradflow.sims.sec4.train import _model, _seeds, bos_share, measure
 
-__all__ = ["SINK_SHARE", "LEARNED_ACC", "LEARNED_EXCESS", "TASKS", "zipf_batch", "zipf_entropy", "zipf_setup",
+__all__ = ["SINK_SHARE", "LEARNED_ACC", "LEARNED_EXCESS", "TASKS", "zipf_batch", "backcopy_batch", "zipf_entropy", "zipf_setup",
            "adamw_run", "main"]
 
-TASKS = ("induction", "zipf")
-"""The sizing tasks: the Sec. 4 induction task, and BOS + Zipf unigrams (attention of no use)."""
+TASKS = ("induction", "zipf", "backcopy")
+"""The sizing tasks: the Sec. 4 induction task, BOS + Zipf unigrams (attention of no use) and
+Bigram-Backcopy (a head needed only after trigger tokens)."""
+
+BACKCOPY_TRIGGERS = 5
+"""Backcopy task: the trigger tokens are the content ids ``1 … 5``."""
+
+BACKCOPY_LAW_SEED = 12345
+"""Backcopy task: the seed of the bigram law's row permutations (one law for all data seeds)."""
 
 SINK_SHARE = 0.9
 """A head whose layer-2 BOS share exceeds this is a sink head (the authors' measure)."""
@@ -96,6 +115,34 @@ def zipf_batch(seed: int, n_seq: int, *, vocab: int = 50, length: int = ZIPF_LEN
     return seq
 
 
+def backcopy_batch(seed: int, n_seq: int, *, vocab: int = 50, length: int = ZIPF_LENGTH,
+                   triggers: int = BACKCOPY_TRIGGERS) -> tuple[np.ndarray, np.ndarray]:
+    """Bigram-Backcopy sequences (module docstring): ``(seq, copied)``, ``seq (n_seq, length)``
+    int32 ``[BOS, x_1 … x_{length−1}]`` and ``copied (n_seq, length)`` bool, true where the token
+    is a copy (it follows a trigger ``x_{i−1} ≤ triggers`` at ``i ≥ 3`` and equals ``x_{i−2}``).
+    ``x_1`` follows the Zipf law; each other token the bigram law of its predecessor
+    (:data:`BACKCOPY_LAW_SEED`) unless it is a copy. Raises :class:`GradflowValueError` as
+    :func:`zipf_batch`, and for ``triggers`` outside ``[1, vocab − 2]``."""
+    zipf_batch(seed, 1, vocab=vocab, length=length)  # the argument checks
+    if not (isinstance(triggers, (int, np.integer)) and 1 <= triggers <= vocab - 2):
+        raise bad_arg("triggers", triggers, f"an integer in [1, {vocab - 2}]")
+    k, p = _zipf_law(vocab)
+    law = np.random.default_rng(BACKCOPY_LAW_SEED)
+    rows = np.stack([k[law.permutation(len(k))] for _ in range(vocab)])  # rows[a]: ids by rank after a
+    cdf = np.cumsum(p)
+    rng = np.random.default_rng(seed)
+    seq = np.zeros((n_seq, length), np.int32)
+    copied = np.zeros((n_seq, length), bool)
+    seq[:, 1] = rng.choice(k, size=n_seq, p=p)
+    for i in range(2, length):
+        rank = np.minimum(np.searchsorted(cdf, rng.random(n_seq), side="right"), len(k) - 1)
+        nxt = rows[seq[:, i - 1], rank]
+        copy = (seq[:, i - 1] <= triggers) & (i >= 3)
+        seq[:, i] = np.where(copy, seq[:, i - 2], nxt)
+        copied[:, i] = copy
+    return seq, copied
+
+
 def zipf_entropy(vocab: int = 50) -> float:
     """The entropy (nats) of :func:`zipf_batch`'s law: the least expected next-token cross-entropy."""
     _, p = _zipf_law(vocab)
@@ -109,28 +156,39 @@ def _zipf_loss(static):
     return loss
 
 
-def zipf_setup(run_cfg):
+def _task_batch(task: str, seed: int, n: int, vocab: int):
+    """``(seq, copied)`` of ``task`` (``zipf``: no copies)."""
+    if task == "backcopy":
+        return backcopy_batch(seed, n, vocab=vocab)
+    seq = zipf_batch(seed, n, vocab=vocab)
+    return seq, np.zeros(seq.shape, bool)
+
+
+def zipf_setup(run_cfg, task: str = "zipf"):
     """The Zipf task's ``(loss, params0, args, static)`` as :func:`flow_sinks.setup` returns the
     induction task's: the model of ``run_cfg`` (an induction ``RunConfig`` with
     ``shift_query=False``) at its initialisation, ``args = (x, y)`` the ``n_train`` training
     sequences' inputs and next tokens (train seed of ``run_cfg``), ``loss`` the mean next-token
-    cross-entropy over all positions."""
+    cross-entropy over all positions. ``task="backcopy"``: the same on :func:`backcopy_batch`'s sequences."""
     train_seed, _ = _seeds(run_cfg)
-    seq = zipf_batch(train_seed, run_cfg.n_train, vocab=run_cfg.vocab)
+    seq, _ = _task_batch(task, train_seed, run_cfg.n_train, run_cfg.vocab)
     params, static = eqx.partition(_model(run_cfg), eqx.is_inexact_array)
     params = jax.tree.map(lambda a: jnp.asarray(a, jnp.float64), params)
     return _zipf_loss(static), params, (jnp.asarray(seq[:, :-1]), jnp.asarray(seq[:, 1:])), static
 
 
-def _zipf_measure(model, run_cfg, static) -> dict:
-    """Held-out cross-entropy and layer-2 BOS shares on ``n_test`` fresh Zipf sequences (test seed)."""
+def _zipf_measure(model, run_cfg, static, task: str = "zipf") -> dict:
+    """Held-out cross-entropy, accuracy on the copied tokens (``nan`` without copies) and the BOS
+    shares ``(L, H)`` on ``n_test`` fresh sequences of ``task`` (test seed)."""
     _, test_seed = _seeds(run_cfg)
-    seq = zipf_batch(test_seed, run_cfg.n_test, vocab=run_cfg.vocab)
-    x, y = seq[:, :-1], seq[:, 1:]
+    seq, copied = _task_batch(task, test_seed, run_cfg.n_test, run_cfg.vocab)
+    x, y, copy = seq[:, :-1], seq[:, 1:], copied[:, 1:]
     params = eqx.filter(model, eqx.is_inexact_array)
     test_loss = float(_zipf_loss(static)(params, (jnp.asarray(x), jnp.asarray(y))))
-    _, maps = _forward(model, x)
-    return {"test_loss": test_loss, "bos_share": bos_share(maps, run_cfg.sink_rows)}
+    logits, maps = jax.vmap(model)(jnp.asarray(x))
+    hit = np.asarray(jnp.argmax(logits, -1)) == y
+    acc = float(hit[copy].mean()) if copy.any() else float("nan")
+    return {"test_loss": test_loss, "copy_acc": acc, "bos_share": bos_share(np.asarray(maps), run_cfg.sink_rows)}
 
 
 def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: int = 500, points: int = 8,
@@ -155,9 +213,9 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
     lr = cfg["adam_lr"] if lr is None else lr
     weight_decay = cfg["adam_wd"] if weight_decay is None else weight_decay
     run_cfg = flow_sinks.run_config(cfg, kernel, normalization)
-    if task == "zipf":
+    if task != "induction":
         run_cfg = dataclasses.replace(run_cfg, shift_query=False)
-        loss, params0, args, static = zipf_setup(run_cfg)
+        loss, params0, args, static = zipf_setup(run_cfg, task)
     else:
         loss, params0, args, static = flow_sinks.setup(run_cfg)
     record = flow_sinks._int_grid(steps, points)
@@ -172,10 +230,14 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
         if task == "zipf":
             m = _zipf_measure(model, run_cfg, static)
             row |= {"test_loss": m["test_loss"], "excess": m["test_loss"] - h}
+        elif task == "backcopy":
+            m = _zipf_measure(model, run_cfg, static, task)
+            row |= {"test_loss": m["test_loss"], "acc": m["copy_acc"]}
         else:
             m = measure(model, run_cfg)
             row["acc"] = float(m["induction_acc"])
-        rows.append(row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]]})
+        rows.append(row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]],
+                           "bos_layers": [[round(float(b), 4) for b in layer] for layer in m["bos_share"]]})
     last = rows[-1]
     learned = last["excess"] <= LEARNED_EXCESS if task == "zipf" else last["acc"] >= LEARNED_ACC
     return {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
