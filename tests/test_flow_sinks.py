@@ -186,3 +186,50 @@ def test_sizing_table_of_the_page_is_the_committed_json():
         row = (f"| {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | {last['loss']:.3f} | "
                f"{last['acc']:.3f} | {', '.join(f'{b:.2f}' for b in last['bos'])} |")
         assert row in page, row
+
+
+def test_zipf_batch_follows_its_law_and_entropy_is_the_closed_form():
+    """``zipf_batch``: column 0 is BOS, the other tokens follow ``P(k) ∝ 1/k`` (frequencies of
+    200,000 draws within 4 binomial standard deviations of each ``p_k``; a uniform law is far
+    outside, the negative control), and ``zipf_entropy`` is ``−Σ p log p`` written out by hand
+    for a 4-token vocabulary (``p = (6, 3, 2)/11``)."""
+    from gradflow.sims.beyond import sinks_sizing as sz
+
+    seq = sz.zipf_batch(3, 20_000, vocab=50, length=11)
+    assert seq.shape == (20_000, 11) and seq.dtype == np.int32 and (seq[:, 0] == 0).all()
+    k = np.arange(1, 50)
+    p = (1 / k) / (1 / k).sum()
+    freq = np.bincount(seq[:, 1:].ravel(), minlength=50)[1:] / seq[:, 1:].size
+    sd = np.sqrt(p * (1 - p) / seq[:, 1:].size)
+    assert np.all(np.abs(freq - p) <= 4 * sd)
+    uniform = np.full(49, 1 / 49)
+    assert not np.all(np.abs(freq - uniform) <= 4 * sd)
+    q = np.array([6, 3, 2]) / 11
+    assert sz.zipf_entropy(4) == pytest.approx(-(q * np.log(q)).sum(), rel=1e-14)
+    with pytest.raises(ValueError, match="vocab"):
+        sz.zipf_batch(0, 4, vocab=1)
+
+
+def test_backcopy_batch_copies_after_triggers_only():
+    """``backcopy_batch``: wherever the token before is a trigger (``≤ triggers``, from the third
+    token on) the token repeats the one two back and is flagged copied; nowhere else is a token
+    flagged. Elsewhere the draws follow the bigram law: the pairs ``(a, next)`` of one frequent
+    ``a`` concentrate on its law's most likely id (a per-``a`` permutation: not the same id for
+    every ``a``, the control against a unigram draw)."""
+    from gradflow.sims.beyond import sinks_sizing as sz
+
+    seq, copied = sz.backcopy_batch(5, 4000, vocab=50, triggers=5)
+    prev, prev2 = seq[:, 1:-1], seq[:, :-2]
+    want = np.zeros_like(copied)
+    want[:, 3:] = seq[:, 2:-1] <= 5
+    assert (copied == want).all() and copied.any()
+    assert (seq[:, 2:][copied[:, 2:]] == prev2[copied[:, 2:]]).all()
+    tops = []
+    for a in (6, 7, 8):
+        nxt = seq[:, 2:][(prev == a) & ~copied[:, 2:]]
+        counts = np.bincount(nxt, minlength=50)
+        assert counts.max() / counts.sum() > 0.15  # the law's top id has p = 0.22
+        tops.append(int(counts.argmax()))
+    assert len(set(tops)) > 1
+    with pytest.raises(ValueError, match="triggers"):
+        sz.backcopy_batch(0, 4, vocab=10, triggers=9)

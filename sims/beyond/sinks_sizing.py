@@ -207,52 +207,130 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
     (criteria :data:`SINK_SHARE` and :data:`LEARNED_ACC` / :data:`LEARNED_EXCESS`).
 
     **Raises:** :class:`GradflowValueError` for a ``task`` not in :data:`TASKS`."""
-    if task not in TASKS:
-        raise bad_arg("task", task, f"one of {list(TASKS)}")
-    cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test}
+    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test, kernel, normalization)
+    cfg = flow_sinks.config(True)
     lr = cfg["adam_lr"] if lr is None else lr
     weight_decay = cfg["adam_wd"] if weight_decay is None else weight_decay
-    run_cfg = flow_sinks.run_config(cfg, kernel, normalization)
-    if task != "induction":
-        run_cfg = dataclasses.replace(run_cfg, shift_query=False)
-        loss, params0, args, static = zipf_setup(run_cfg, task)
-    else:
-        loss, params0, args, static = flow_sinks.setup(run_cfg)
     record = flow_sinks._int_grid(steps, points)
     start = time.perf_counter()
     run = flow_sinks.descent(loss, params0, args, steps=steps, record=record, lr=lr,
                              optimizer=optax.adamw(lr, weight_decay=weight_decay))
     wall = time.perf_counter() - start
-    rows, h = [], zipf_entropy(run_cfg.vocab)
-    for i, k in enumerate(record):
-        model = eqx.combine(jax.tree.map(lambda a: a[i], run.params), static)
-        row = {"k": int(k), "loss": float(np.asarray(run.loss)[i])}
-        if task == "zipf":
-            m = _zipf_measure(model, run_cfg, static)
-            row |= {"test_loss": m["test_loss"], "excess": m["test_loss"] - h}
-        elif task == "backcopy":
-            m = _zipf_measure(model, run_cfg, static, task)
-            row |= {"test_loss": m["test_loss"], "acc": m["copy_acc"]}
-        else:
-            m = measure(model, run_cfg)
-            row["acc"] = float(m["induction_acc"])
-        rows.append(row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]],
-                           "bos_layers": [[round(float(b), 4) for b in layer] for layer in m["bos_share"]]})
+    rows = [_row(task, eqx.combine(jax.tree.map(lambda a: a[i], run.params), static), run_cfg, static,
+                 k=int(k), loss=float(np.asarray(run.loss)[i])) for i, k in enumerate(record)]
     last = rows[-1]
     learned = last["excess"] <= LEARNED_EXCESS if task == "zipf" else last["acc"] >= LEARNED_ACC
     return {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
-            "n_heads": n_heads, "steps": steps, "n_test": n_test, "seed": cfg["seed"],
+            "n_heads": n_heads, "steps": steps, "n_test": n_test, "seed": run_cfg.seed,
             "lr": lr, "weight_decay": weight_decay, "n_params": int(sum(x.size for x in jax.tree.leaves(params0))),
             "wall_s": round(wall, 1), "rows": rows,
             "sink_heads": int(sum(b > SINK_SHARE for b in last["bos"])), "learned": bool(learned)}
 
 
+def _setting(task: str, n_train: int, d_model: int, n_heads: int, n_test: int, kernel: str = "softmax",
+             normalization: bool = True):
+    """``(run_cfg, loss, params0, args, static)`` of one sizing setting (as :func:`adamw_run` builds it)."""
+    if task not in TASKS:
+        raise bad_arg("task", task, f"one of {list(TASKS)}")
+    cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test}
+    run_cfg = flow_sinks.run_config(cfg, kernel, normalization)
+    if task != "induction":
+        run_cfg = dataclasses.replace(run_cfg, shift_query=False)
+        return (run_cfg, *zipf_setup(run_cfg, task))
+    return (run_cfg, *flow_sinks.setup(run_cfg))
+
+
+def _row(task: str, model, run_cfg, static, **head) -> dict:
+    """One recorded point: ``head`` (e.g. ``t``, ``loss``) and the held-out measures of :func:`adamw_run`'s rows."""
+    row = dict(head)
+    if task == "induction":
+        m = measure(model, run_cfg)
+        row["acc"] = float(m["induction_acc"])
+    else:
+        m = _zipf_measure(model, run_cfg, static, task)
+        row["test_loss"] = m["test_loss"]
+        row |= {"acc": m["copy_acc"]} if task == "backcopy" else {"excess": m["test_loss"] - zipf_entropy(run_cfg.vocab)}
+    return row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]],
+                  "bos_layers": [[round(float(b), 4) for b in layer] for layer in m["bos_share"]]}
+
+
+FLOW_FRACTIONS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
+"""Save points of each call of :func:`flow_run`'s chain, as fractions of the call's span."""
+
+
+def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: float, *, solver: str = "rkc",
+             rtol: float = 1e-4, t1: float = 1e12, n_test: int = 500, delta0: float = 1.0,
+             gd_lrs: tuple[float, ...] = (), gd_points: int = 12) -> dict:
+    """The gradient flow (:func:`gradflow.integrate`, ``solver`` at ``rtol``, ``atol = rtol/100``,
+    no rest stop) of one sizing setting from the same initialisation and training set as
+    :func:`adamw_run`, as a chain of calls (each resumed at its own flow time with ``t0``; the
+    first spans ``delta0``, each next one twice the last while the budget allows) until ``t1`` or
+    ``budget_s`` seconds of wall clock; then plain GD (``optax.sgd``) at each step size in
+    ``gd_lrs`` to the flow time the flow reached. GD at ``η`` and ``η/2`` agreeing with the flow
+    and with each other is the evidence that GD tracks the flow there.
+
+    **Returns:** a JSON-able dict: the setting, ``solver``, ``rtol``, ``wall_s``, ``steps``,
+    ``calls``, ``phases`` (the solvers the calls ran), ``status`` (of the last call) and ``rows``
+    (per save point: flow time ``t``, training ``loss`` and the held-out measures of
+    :func:`adamw_run`'s rows); ``gd``: per step size, ``lr``, ``steps``, ``wall_s`` and its rows
+    (``t = lr·k``)."""
+    import gradflow
+
+    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test)
+    start = time.perf_counter()
+    theta, t, delta, steps, rows, phases, calls, status = params0, 0.0, float(delta0), 0, [], [], 0, "running"
+    while True:
+        c0 = time.perf_counter()
+        sol = gradflow.integrate(loss, theta, t0=t, t1=min(t + delta, t1), ts=t + delta * FLOW_FRACTIONS, args=args,
+                                 solver=solver, rtol=rtol, atol=rtol / 100, rest_stop=False)
+        calls += 1
+        steps += int(sol.num_steps)
+        phases += [ph for ph in sol.metadata.get("phases", solver).split(",") if ph not in phases]
+        valid = np.flatnonzero(np.asarray(sol.valid))
+        for i in valid[1:] if rows else valid:
+            model = eqx.combine(jax.tree.map(lambda a: a[i], sol.params), static)
+            rows.append(_row(task, model, run_cfg, static, t=float(sol.t[i]), loss=float(sol.loss[i])))
+        status = str(sol.status)
+        theta = jax.tree.map(lambda a: np.asarray(a[valid[-1]]), sol.params)
+        t = float(sol.t[valid[-1]])
+        call_s = time.perf_counter() - c0
+        left = budget_s - (time.perf_counter() - start)
+        print(json.dumps({"t": t, "loss": rows[-1]["loss"], "bos": rows[-1]["bos"], "call_s": round(call_s, 1),
+                          "status": status}), flush=True)
+        if status != "ok" or t >= t1 or left < 2 * call_s:
+            break
+        delta *= 2.0
+    out = {"task": task, "n_train": n_train, "d_model": d_model, "n_heads": n_heads, "n_test": n_test,
+           "seed": run_cfg.seed, "solver": solver, "rtol": rtol, "budget_s": budget_s,
+           "wall_s": round(time.perf_counter() - start, 1), "steps": steps, "calls": calls, "phases": phases,
+           "status": status, "t_end": t, "rows": rows, "gd": []}
+    for lr in gd_lrs:
+        k = max(1, int(np.ceil(t / lr)))
+        record = flow_sinks._int_grid(k, gd_points)
+        g0 = time.perf_counter()
+        gd = flow_sinks.descent(loss, params0, args, steps=k, record=record, lr=lr)
+        gd_rows = [_row(task, eqx.combine(jax.tree.map(lambda a: a[i], gd.params), static), run_cfg, static,
+                        k=int(kk), t=float(lr * kk), loss=float(np.asarray(gd.loss)[i]))
+                   for i, kk in enumerate(record)]
+        out["gd"].append({"lr": lr, "steps": k, "status": str(gd.status),
+                          "wall_s": round(time.perf_counter() - g0, 1), "rows": gd_rows})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) < 2:
-        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS[:TASK] [...]",
-              file=sys.stderr)
+        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS[:TASK] [...]\n"
+              "       python -m gradflow.sims.beyond.sinks_sizing --flow OUT.json N_TRAIN:D_MODEL:N_HEADS:BUDGET_S:TASK "
+              "[GD_LR ...]", file=sys.stderr)
         return 2
+    if argv[0] == "--flow":
+        out, item, lrs = argv[1], argv[2], tuple(float(v) for v in argv[3:])
+        n, d, h, budget, task = item.split(":")
+        res = flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs)
+        text = json.dumps({"flow": res, "provenance": provenance()}, indent=1)
+        atomic_write(out, lambda f: f.write(text.encode()))
+        return 0
     out = argv[0]
     runs = json.load(open(out))["runs"] if os.path.exists(out) else []
     for item in argv[1:]:
