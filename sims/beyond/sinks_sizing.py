@@ -177,26 +177,32 @@ def zipf_setup(run_cfg, task: str = "zipf"):
     return _zipf_loss(static), params, (jnp.asarray(seq[:, :-1]), jnp.asarray(seq[:, 1:])), static
 
 
+@eqx.filter_jit
+def _evaluate(model, x, y):
+    """``(mean next-token cross-entropy, argmax predictions, attention maps)`` of ``model`` on ``x``, ``y`` (jitted)."""
+    logits, maps = jax.vmap(model)(x)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y)), jnp.argmax(logits, -1), maps
+
+
 def _zipf_measure(model, run_cfg, static, task: str = "zipf") -> dict:
     """Held-out cross-entropy, accuracy on the copied tokens (``nan`` without copies) and the BOS
     shares ``(L, H)`` on ``n_test`` fresh sequences of ``task`` (test seed)."""
+    del static
     _, test_seed = _seeds(run_cfg)
     seq, copied = _task_batch(task, test_seed, run_cfg.n_test, run_cfg.vocab)
     x, y, copy = seq[:, :-1], seq[:, 1:], copied[:, 1:]
-    params = eqx.filter(model, eqx.is_inexact_array)
-    test_loss = float(_zipf_loss(static)(params, (jnp.asarray(x), jnp.asarray(y))))
-    logits, maps = jax.vmap(model)(jnp.asarray(x))
-    hit = np.asarray(jnp.argmax(logits, -1)) == y
+    test_loss, pred, maps = _evaluate(model, jnp.asarray(x), jnp.asarray(y))
+    hit = np.asarray(pred) == y
     acc = float(hit[copy].mean()) if copy.any() else float("nan")
-    return {"test_loss": test_loss, "copy_acc": acc, "bos_share": bos_share(np.asarray(maps), run_cfg.sink_rows)}
+    return {"test_loss": float(test_loss), "copy_acc": acc, "bos_share": bos_share(np.asarray(maps), run_cfg.sink_rows)}
 
 
 def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: int = 500, points: int = 8,
               lr: float | None = None, weight_decay: float | None = None, task: str = "induction",
-              kernel: str = "softmax", normalization: bool = True) -> dict:
+              kernel: str = "softmax", normalization: bool = True, seed: int = 0) -> dict:
     """AdamW on the full batch of ``n_train`` fixed sequences of ``task`` (:data:`TASKS`) from the
     flow's initialisation (:func:`gradflow.sims.beyond.flow_sinks.setup`, ``kernel`` attention, the
-    figure's run seed; for ``zipf``, :func:`zipf_setup`); ``lr`` and ``weight_decay`` default to the
+    run seed ``seed``, 0 the figure's; for ``zipf`` and ``backcopy``, :func:`zipf_setup`); ``lr`` and ``weight_decay`` default to the
     figure's AdamW (``adam_lr``, ``adam_wd`` of :func:`gradflow.sims.beyond.flow_sinks.config`).
 
     **Returns:** a JSON-able dict: the sizes, ``task``, ``kernel``, ``seed``, ``wall_s`` (the AdamW
@@ -207,7 +213,7 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
     (criteria :data:`SINK_SHARE` and :data:`LEARNED_ACC` / :data:`LEARNED_EXCESS`).
 
     **Raises:** :class:`GradflowValueError` for a ``task`` not in :data:`TASKS`."""
-    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test, kernel, normalization)
+    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test, kernel, normalization, seed)
     cfg = flow_sinks.config(True)
     lr = cfg["adam_lr"] if lr is None else lr
     weight_decay = cfg["adam_wd"] if weight_decay is None else weight_decay
@@ -228,11 +234,13 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
 
 
 def _setting(task: str, n_train: int, d_model: int, n_heads: int, n_test: int, kernel: str = "softmax",
-             normalization: bool = True):
-    """``(run_cfg, loss, params0, args, static)`` of one sizing setting (as :func:`adamw_run` builds it)."""
+             normalization: bool = True, seed: int = 0):
+    """``(run_cfg, loss, params0, args, static)`` of one sizing setting (as :func:`adamw_run` builds
+    it); ``seed`` the run seed (the initialisation and the training and test sequences)."""
     if task not in TASKS:
         raise bad_arg("task", task, f"one of {list(TASKS)}")
-    cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test}
+    cfg = {**flow_sinks.config(True), "d_model": d_model, "n_heads": n_heads, "n_train": n_train, "n_test": n_test,
+           "seed": seed}
     run_cfg = flow_sinks.run_config(cfg, kernel, normalization)
     if task != "induction":
         run_cfg = dataclasses.replace(run_cfg, shift_query=False)
@@ -260,29 +268,37 @@ FLOW_FRACTIONS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 
 def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: float, *, solver: str = "rkc",
              rtol: float = 1e-4, t1: float = 1e12, n_test: int = 500, delta0: float = 1.0,
-             gd_lrs: tuple[float, ...] = (), gd_points: int = 12) -> dict:
+             gd_lrs: tuple[float, ...] = (), gd_points: int = 12, kernel: str = "softmax", normalization: bool = True,
+             seed: int = 0) -> dict:
     """The gradient flow (:func:`gradflow.integrate`, ``solver`` at ``rtol``, ``atol = rtol/100``,
     no rest stop) of one sizing setting from the same initialisation and training set as
     :func:`adamw_run`, as a chain of calls (each resumed at its own flow time with ``t0``; the
     first spans ``delta0``, each next one twice the last while the budget allows) until ``t1`` or
-    ``budget_s`` seconds of wall clock; then plain GD (``optax.sgd``) at each step size in
+    ``budget_s`` seconds of the calls' wall clock (compilation included, the held-out measures at
+    the save points not); then plain GD (``optax.sgd``) at each step size in
     ``gd_lrs`` to the flow time the flow reached. GD at ``η`` and ``η/2`` agreeing with the flow
     and with each other is the evidence that GD tracks the flow there.
 
-    **Returns:** a JSON-able dict: the setting, ``solver``, ``rtol``, ``wall_s``, ``steps``,
+    **Returns:** a JSON-able dict: the setting, ``solver``, ``rtol``, ``wall_s`` (the calls),
+    ``wall_with_measures_s``, ``steps``,
     ``calls``, ``phases`` (the solvers the calls ran), ``status`` (of the last call) and ``rows``
     (per save point: flow time ``t``, training ``loss`` and the held-out measures of
     :func:`adamw_run`'s rows); ``gd``: per step size, ``lr``, ``steps``, ``wall_s`` and its rows
     (``t = lr·k``)."""
     import gradflow
 
-    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test)
+    run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test, kernel, normalization, seed)
     start = time.perf_counter()
     theta, t, delta, steps, rows, phases, calls, status = params0, 0.0, float(delta0), 0, [], [], 0, "running"
+    flow_s = 0.0  # the integrate calls' wall clock: the budget (the held-out measures are not counted)
     while True:
         c0 = time.perf_counter()
-        sol = gradflow.integrate(loss, theta, t0=t, t1=min(t + delta, t1), ts=t + delta * FLOW_FRACTIONS, args=args,
+        span = min(delta, t1 - t)
+        sol = gradflow.integrate(loss, theta, t0=t, t1=t + span, ts=t + span * FLOW_FRACTIONS, args=args,
                                  solver=solver, rtol=rtol, atol=rtol / 100, rest_stop=False)
+        jax.block_until_ready(sol.params)
+        call_s = time.perf_counter() - c0
+        flow_s += call_s
         calls += 1
         steps += int(sol.num_steps)
         phases += [ph for ph in sol.metadata.get("phases", solver).split(",") if ph not in phases]
@@ -293,42 +309,182 @@ def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: floa
         status = str(sol.status)
         theta = jax.tree.map(lambda a: np.asarray(a[valid[-1]]), sol.params)
         t = float(sol.t[valid[-1]])
-        call_s = time.perf_counter() - c0
-        left = budget_s - (time.perf_counter() - start)
+        left = budget_s - flow_s
         print(json.dumps({"t": t, "loss": rows[-1]["loss"], "bos": rows[-1]["bos"], "call_s": round(call_s, 1),
                           "status": status}), flush=True)
         if status != "ok" or t >= t1 or left < 2 * call_s:
             break
         delta *= 2.0
-    out = {"task": task, "n_train": n_train, "d_model": d_model, "n_heads": n_heads, "n_test": n_test,
-           "seed": run_cfg.seed, "solver": solver, "rtol": rtol, "budget_s": budget_s,
-           "wall_s": round(time.perf_counter() - start, 1), "steps": steps, "calls": calls, "phases": phases,
-           "status": status, "t_end": t, "rows": rows, "gd": []}
+    out = {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
+           "n_heads": n_heads, "n_test": n_test, "seed": run_cfg.seed, "solver": solver, "rtol": rtol, "budget_s": budget_s,
+           "wall_s": round(flow_s, 1), "wall_with_measures_s": round(time.perf_counter() - start, 1), "steps": steps,
+           "calls": calls, "phases": phases, "status": status, "t_end": t, "rows": rows, "gd": []}
     for lr in gd_lrs:
         k = max(1, int(np.ceil(t / lr)))
         record = flow_sinks._int_grid(k, gd_points)
         g0 = time.perf_counter()
         gd = flow_sinks.descent(loss, params0, args, steps=k, record=record, lr=lr)
+        jax.block_until_ready(gd.params)
+        gd_s = time.perf_counter() - g0
         gd_rows = [_row(task, eqx.combine(jax.tree.map(lambda a: a[i], gd.params), static), run_cfg, static,
                         k=int(kk), t=float(lr * kk), loss=float(np.asarray(gd.loss)[i]))
                    for i, kk in enumerate(record)]
         out["gd"].append({"lr": lr, "steps": k, "status": str(gd.status),
-                          "wall_s": round(time.perf_counter() - g0, 1), "rows": gd_rows})
+                          "wall_s": round(gd_s, 1), "rows": gd_rows})
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# the flow against AdamW on one setting: figure and the table on docs/flow-sinks.md
+# --------------------------------------------------------------------------------------------
+
+DOCS_PAGE = "docs/flow-sinks.md"
+TABLE_OPEN, TABLE_CLOSE = "<!-- generated:sinks-flow-vs-adamw -->", "<!-- /generated:sinks-flow-vs-adamw -->"
+SIZING_JSON = "figures/flow-sinks-sizing.json"
+FLOW_JSON = "figures/flow-sinks-backcopy-flow.json"
+FIGURE_PNG = "figures/flow-sinks-backcopy.png"
+
+
+def _adamw_of(flow: dict, runs: list[dict]) -> dict:
+    """The AdamW sizing run of the flow run's setting (task, sizes, kernel, seed), the last one if several."""
+    key = ("task", "n_train", "d_model", "n_heads", "kernel", "seed")
+    default = {"task": "induction", "kernel": "softmax"}
+    same = [r for r in runs if all(r.get(k, default.get(k)) == flow.get(k, default.get(k)) for k in key)]
+    if not same:
+        raise ValueError(f"no AdamW sizing run of the flow's setting {flow['task']} "
+                         f"{flow['n_train']}:{flow['d_model']}:{flow['n_heads']}")
+    return same[-1]
+
+
+def _curves(flow: dict, adamw: dict) -> list[tuple[str, str, list[dict]]]:
+    """``(label, x name, rows)`` per run: AdamW (steps), the flow and each GD (flow time)."""
+    out = [(f"AdamW (lr {adamw['lr']:g}, wd {adamw['weight_decay']:g})", "k", adamw["rows"]),
+           (f"flow ({flow['solver']}, rtol {flow['rtol']:g})", "t", flow["rows"])]
+    out += [(f"GD η = {g['lr']:g}", "t", g["rows"]) for g in flow["gd"]]
+    return out
+
+
+def control_table(flow: dict, adamw: dict) -> str:
+    """Markdown rows of one flow run and its AdamW run: per run, how far it went, its training loss
+    and held-out measure, and every head's BOS share (layer 1; layer 2) at its end and the largest
+    on the way."""
+
+    def heads(rs, layer):
+        end = rs[-1]["bos_layers"][layer]
+        top = [max(r["bos_layers"][layer][h] for r in rs) for h in range(len(end))]
+        return ", ".join(f"{e:.2f} ({m:.2f})" for e, m in zip(end, top))
+
+    rows = []
+    walls = [adamw["wall_s"], flow["wall_s"]] + [g["wall_s"] for g in flow["gd"]]
+    fars = [f"{adamw['steps']:,} steps", f"t = {flow['t_end']:.4g} ({flow['steps']:,} steps, {flow['calls']} calls, "
+            f"status `{flow['status']}`)"] + [f"t = {g['lr'] * g['steps']:.4g} ({g['steps']:,} steps)" for g in flow["gd"]]
+    for (label, _, rs), far, wall in zip(_curves(flow, adamw), fars, walls):
+        acc = rs[-1].get("acc", rs[-1].get("excess"))
+        rows.append(f"| {flow['seed']} | {label} | {far} | {rs[0]['loss']:.3f} → {rs[-1]['loss']:.3f} | {acc:.3f} | "
+                    f"{heads(rs, 0)} | {heads(rs, -1)} | {wall:.0f} |")
+    return "\n".join(rows) + "\n"
+
+
+def control_tables(flows: list[dict], runs: list[dict]) -> str:
+    """The page's table: a header and :func:`control_table` for every flow run, in order."""
+    held = "held-out copy acc." if flows and flows[0]["task"] == "backcopy" else "held-out"
+    head = [f"| seed | run | how far | training loss (start → end) | {held} | layer-1 BOS shares: end (largest) | "
+            "layer-2 BOS shares: end (largest) | wall (s) |", "|---|---|---|---|---|---|---|---|"]
+    return "\n".join(head) + "\n" + "".join(control_table(f, _adamw_of(f, runs)) for f in flows)
+
+
+def control_figure(flows: list[dict], runs: list[dict]):
+    """BOS share of every head (columns: layers; rows: flow runs; one colour per optimiser, one line
+    style per head) against the training loss, the axis all runs share (AdamW in steps, the flow
+    and GD in flow time), falling to the right."""
+    from gradflow.sims import style
+
+    n_layers = len(flows[0]["rows"][0]["bos_layers"])
+    fig, axes = style.figure(len(flows), n_layers, height=1.9 * len(flows) + 1.0, sharey=True)
+    marks = ["-", "--", ":", "-."]
+    for r, flow in enumerate(flows):
+        adamw = _adamw_of(flow, runs)
+        for layer in range(n_layers):
+            ax = axes[r, layer]
+            for c, (label, _, rs) in enumerate(_curves(flow, adamw)):
+                loss = np.array([row["loss"] for row in rs])
+                for h in range(len(rs[0]["bos_layers"][layer])):
+                    share = np.array([row["bos_layers"][layer][h] for row in rs])
+                    ax.plot(loss, share, marks[h % len(marks)], color=f"C{c}", lw=1.1,
+                            label=f"{label}, head {h + 1}" if (r, layer) == (0, 0) else None)
+            ax.axhline(SINK_SHARE, color="0.5", lw=0.6)
+            ax.invert_xaxis()
+            ax.set_title(f"seed {flow['seed']}, layer {layer + 1}", fontsize=style.NOTE + 1)
+            if r == len(flows) - 1:
+                ax.set_xlabel("training loss (falls →)")
+        axes[r, 0].set_ylabel("BOS share")
+    fig.legend(loc="outside lower center", ncol=2, fontsize=style.NOTE)
+    f0 = flows[0]
+    fig.suptitle(f"{f0['task']}: {f0['n_train']:,} fixed sequences, d_model {f0['d_model']}, {f0['n_heads']} heads, "
+                 f"full batch; grey line: sink (share 0.9)", fontsize=style.NOTE + 1)
+    return fig
+
+
+def _committed(root: str) -> tuple[list[dict], list[dict]]:
+    """The flow runs of :data:`FLOW_JSON` and the AdamW runs of :data:`SIZING_JSON` under ``root``."""
+    with open(os.path.join(root, FLOW_JSON)) as f:
+        flows = json.load(f)["flows"]
+    with open(os.path.join(root, SIZING_JSON)) as f:
+        runs = json.load(f)["runs"]
+    return flows, runs
+
+
+def write_docs(root: str = ".", check: bool = False) -> bool:
+    """Rewrite the block between :data:`TABLE_OPEN` and :data:`TABLE_CLOSE` on :data:`DOCS_PAGE` from
+    :data:`FLOW_JSON` and :data:`SIZING_JSON`; with ``check`` write nothing. Returns whether the page
+    was current."""
+    flows, runs = _committed(root)
+    path = os.path.join(root, DOCS_PAGE)
+    with open(path) as f:
+        text = f.read()
+    head, rest = text.split(TABLE_OPEN, 1)
+    _, tail = rest.split(TABLE_CLOSE, 1)
+    new = f"{head}{TABLE_OPEN}\n{control_tables(flows, runs)}{TABLE_CLOSE}{tail}"
+    if new != text and not check:
+        atomic_write(path, lambda f: f.write(new.encode()))
+    return new == text
+
+
+def write_figure(root: str = ".") -> str:
+    """Draw :func:`control_figure` from the committed JSON to :data:`FIGURE_PNG` (atomically); returns its path."""
+    fig = control_figure(*_committed(root))
+    path = os.path.join(root, FIGURE_PNG)
+    atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=150))
+    return path
+
+
+def _kernel_seed(fields: list[str]) -> dict:
+    """The optional ``KERNEL[:SEED]`` fields of a command-line item: ``softmax`` (default) or
+    ``linear`` (linear attention without normalisation, the paper's no-sink kernel), and the run seed."""
+    kernel = fields[0] if fields else "softmax"
+    return {"kernel": kernel, "normalization": kernel == "softmax", "seed": int(fields[1]) if len(fields) > 1 else 0}
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 2:
-        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS[:TASK] [...]\n"
-              "       python -m gradflow.sims.beyond.sinks_sizing --flow OUT.json N_TRAIN:D_MODEL:N_HEADS:BUDGET_S:TASK "
-              "[GD_LR ...]", file=sys.stderr)
+    if len(argv) < 1 or (len(argv) < 2 and argv[0] not in ("--docs", "--check")):
+        print("usage: python -m gradflow.sims.beyond.sinks_sizing OUT.json N_TRAIN:D_MODEL:N_HEADS:STEPS[:TASK[:KERNEL[:SEED]]] "
+              "[...]\n"
+              "       python -m gradflow.sims.beyond.sinks_sizing --flow OUT.json "
+              "N_TRAIN:D_MODEL:N_HEADS:BUDGET_S:TASK[:KERNEL[:SEED]] [GD_LR ...]\n"
+              "       python -m gradflow.sims.beyond.sinks_sizing --docs | --check", file=sys.stderr)
         return 2
+    if argv[0] in ("--docs", "--check"):  # the page's table and the figure from the committed JSON
+        current = write_docs(check=argv[0] == "--check")
+        if argv[0] == "--docs":
+            print(write_figure())
+        return 0 if current or argv[0] == "--docs" else 1
     if argv[0] == "--flow":
         out, item, lrs = argv[1], argv[2], tuple(float(v) for v in argv[3:])
-        n, d, h, budget, task = item.split(":")
-        res = flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs)
-        text = json.dumps({"flow": res, "provenance": provenance()}, indent=1)
+        n, d, h, budget, task, *rest = item.split(":")
+        flows = json.load(open(out))["flows"] if os.path.exists(out) else []
+        flows.append(flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs, **_kernel_seed(rest)))
+        text = json.dumps({"flows": flows, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
         return 0
     out = argv[0]
@@ -336,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     for item in argv[1:]:
         parts = item.split(":")
         n, d, h, steps = (int(v) for v in parts[:4])
-        runs.append(adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction"))
+        runs.append(adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction", **_kernel_seed(parts[5:])))
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "rows"}), flush=True)
         text = json.dumps({"runs": runs, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
