@@ -1,5 +1,5 @@
-"""Helpers shared by the figure modules: progress reporting and marker thinning (the initial draws are
-:mod:`gradflow.sims.draws`)."""
+"""Helpers shared by the figure modules: progress reporting, marker thinning and generated blocks of
+the docs pages (the initial draws are :mod:`gradflow.sims.draws`)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,21 @@ def thin(n_points: int, k: int) -> np.ndarray:
     """About ``k`` indices spread log-uniformly over ``range(1, n_points)`` (for marker overlays)."""
     idx = np.unique(np.round(np.geomspace(1, n_points - 1, k)).astype(int))
     return idx
+
+
+def write_block(path: str, opening: str, closing: str, body: str, check: bool = False) -> bool:
+    """Replace the text between the markers ``opening`` and ``closing`` of the page at ``path`` with
+    ``body`` (atomically; nothing is written with ``check`` or when it is already there). Returns
+    whether the page already held ``body``. Raises ``ValueError`` when a marker is missing."""
+    from gradflow.io import atomic_write
+
+    with open(path) as f:
+        text = f.read()
+    if opening not in text or closing not in text:
+        raise ValueError(f"{path} lacks the generated block {opening} … {closing}")
+    head, rest = text.split(opening, 1)
+    _, tail = rest.split(closing, 1)
+    new = f"{head}{opening}\n{body}{closing}{tail}"
+    if new != text and not check:
+        atomic_write(path, lambda f: f.write(new.encode()))
+    return new == text

@@ -245,18 +245,11 @@ def write_docs(root: str = ".", check: bool = False) -> bool:
     ``figures/kq-classify.json``; with ``check`` write nothing. Returns whether the page was current."""
     import os
 
+    from gradflow.sims._common import write_block
+
     with open(os.path.join(root, "figures", "kq-classify.json")) as f:
         summary = json.load(f)["summary"]
-    path = os.path.join(root, DOCS_PAGE)
-    with open(path) as f:
-        text = f.read()
-    head, rest = text.split(TABLE_OPEN, 1)
-    _, tail = rest.split(TABLE_CLOSE, 1)
-    new = f"{head}{TABLE_OPEN}\n{docs_table(summary)}{TABLE_CLOSE}{tail}"
-    if new != text and not check:
-        with open(path, "w") as f:
-            f.write(new)
-    return new == text
+    return write_block(os.path.join(root, DOCS_PAGE), TABLE_OPEN, TABLE_CLOSE, docs_table(summary), check)
 
 
 if __name__ == "__main__":  # python -m gradflow.sims.beyond.kq_classify [--check]

@@ -438,16 +438,10 @@ def write_docs(root: str = ".", check: bool = False) -> bool:
     """Rewrite the block between :data:`TABLE_OPEN` and :data:`TABLE_CLOSE` on :data:`DOCS_PAGE` from
     :data:`FLOW_JSON` and :data:`SIZING_JSON`; with ``check`` write nothing. Returns whether the page
     was current."""
+    from gradflow.sims._common import write_block
+
     flows, runs = _committed(root)
-    path = os.path.join(root, DOCS_PAGE)
-    with open(path) as f:
-        text = f.read()
-    head, rest = text.split(TABLE_OPEN, 1)
-    _, tail = rest.split(TABLE_CLOSE, 1)
-    new = f"{head}{TABLE_OPEN}\n{control_tables(flows, runs)}{TABLE_CLOSE}{tail}"
-    if new != text and not check:
-        atomic_write(path, lambda f: f.write(new.encode()))
-    return new == text
+    return write_block(os.path.join(root, DOCS_PAGE), TABLE_OPEN, TABLE_CLOSE, control_tables(flows, runs), check)
 
 
 def write_figure(root: str = ".") -> str:
