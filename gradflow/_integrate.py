@@ -312,12 +312,17 @@ def _meta(settings, rest_stop, t0, phases):
             "phases": ",".join(phases)}
 
 
-def _solution(out, ts, meta, batch_shape=()) -> Solution:
+def _solution(out, ts, meta, batch_shape=(), tau0=None) -> Solution:
     obs = out.observed
     t = jnp.asarray(np.broadcast_to(ts, batch_shape + ts.shape))
+    t_end = out.t_end
+    if meta.get("t0") and tau0 is not None:
+        # a lane that ended at its start log time ``tau0`` (e.g. failed at its first step) ended at
+        # ``t0`` itself, not at the round trip ``expm1(log1p(t0))``, which can differ in the last bits
+        t_end = jnp.where(t_end == jnp.expm1(jnp.asarray(tau0)), meta["t0"], t_end)
     return Solution(t=t, params=out.params, loss=obs["loss"], grad_norm=obs["grad_norm"], observed=obs["observed"],
                     quadratures=out.quadratures, valid=out.valid, num_steps=out.num_steps,
-                    status_code=out.status_code, t_end=out.t_end, t_steady=out.t_steady,
+                    status_code=out.status_code, t_end=t_end, t_steady=out.t_steady,
                     params_end=out.params_end, quadratures_end=out.quadratures_end,
                     meta=tuple(sorted(meta.items())))
 
@@ -438,7 +443,7 @@ def integrate(
     phases: list = []
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, lanes, settings.replace(lane=0),
                      devices=jax.local_devices()[:1], phases=phases)
-    return _solution(out, ts, _meta(settings, rest_stop, t0, phases))
+    return _solution(out, ts, _meta(settings, rest_stop, t0, phases), tau0=settings.tau0)
 
 
 def integrate_batch(
@@ -491,4 +496,4 @@ def integrate_batch(
     out = _batch.run(user.flow(rest_stop, settings.solver == "auto"), args, params0s,
                      settings.replace(args_batched=bool(args_batched), fixed_width=bool(fixed_width)), devices=devices,
                      phases=phases)
-    return _solution(out, ts, _meta(settings, rest_stop, t0, phases), batch_shape=(B,))
+    return _solution(out, ts, _meta(settings, rest_stop, t0, phases), batch_shape=(B,), tau0=settings.tau0)

@@ -116,11 +116,19 @@ def test_the_default_grid_from_t0_is_the_fresh_grid_shifted():
 
 def test_a_run_that_fails_at_its_first_step_still_returns_its_start_at_t0():
     """RKC's spectral estimate is NaN at once, so no step is taken: the run ends ``solver_failed`` at
-    ``t_end = t0``, and the save point at ``t0`` is the start state, valid (the solve itself saved
-    nothing). Control: the honest loss runs ``ok``."""
+    ``t_end = t0`` exactly, also where ``expm1(log1p(t0))`` is not ``t0`` (2.9, 123.456: the log
+    time's round trip is off in the last bits there; the control: it is), and the save point at
+    ``t0`` is the start state, valid (the solve itself saved nothing). Control: the honest loss runs ``ok``."""
     th0, t0 = jnp.array([1.0, -2.0]), 3.0
     sol = gradflow.integrate(lambda p: jnp.sum(_half_square(p)), th0, t0=t0, t1=5.0, ts=[t0, 4.0, 5.0], solver="rkc")
     assert sol.status == "solver_failed" and float(sol.t_end) == t0
+    for start in (2.9, 123.456):
+        assert float(jnp.expm1(jnp.log1p(start))) != start
+        off = gradflow.integrate(lambda p: jnp.sum(_half_square(p)), th0, t0=start, t1=start + 2.0, solver="rkc")
+        assert off.status == "solver_failed" and float(off.t_end) == start
+        batch = gradflow.integrate_batch(lambda p: jnp.sum(_half_square(p)), jnp.stack([th0, th0]), t0=start,
+                                         t1=start + 2.0, solver="rkc")
+        assert np.asarray(batch.t_end).tolist() == [start, start]
     assert np.asarray(sol.valid).tolist() == [True, False, False]
     assert np.array_equal(np.asarray(sol.params)[0], np.asarray(th0))
     good = gradflow.integrate(lambda p: 0.5 * jnp.sum(p**2), th0, t0=t0, t1=5.0, ts=[t0, 4.0, 5.0], solver="rkc")
