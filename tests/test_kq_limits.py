@@ -180,8 +180,8 @@ def test_check_runs_and_its_control_fails(cid):
 
 
 def test_docs_table_is_generated_from_the_committed_json(tmp_path):
-    """docs/kq-nuclear.md's per-draw table is what ``python -m gradflow.sims.beyond.kq_classify`` writes
-    from figures/kq-classify.json. Control: a number edited in the page is caught, and rewriting
+    """docs/kq-nuclear.md's per-draw tables are what ``python -m gradflow.sims.beyond.kq_classify`` writes
+    from figures/kq-classify.json and figures/kq-classify-fresh.json. Control: a number edited in the page is caught, and rewriting
     puts the JSON's number back."""
     import pathlib
     import shutil
@@ -193,6 +193,7 @@ def test_docs_table_is_generated_from_the_committed_json(tmp_path):
     (tmp_path / "docs").mkdir()
     (tmp_path / "figures").mkdir()
     shutil.copy(root / "figures" / "kq-classify.json", tmp_path / "figures")
+    shutil.copy(root / kq_classify.FRESH_JSON, tmp_path / "figures")
     page = tmp_path / "docs" / "kq-nuclear.md"
     text = (root / "docs" / "kq-nuclear.md").read_text()
     row = next(line for line in text.splitlines() if line.startswith("| 19 |"))

@@ -240,20 +240,53 @@ def docs_table(summary: dict) -> str:
     return "\n".join(rows) + "\n"
 
 
+FRESH_JSON = "figures/kq-classify-fresh.json"
+"""The classification of the fresh draws (data seed 1, the draws of ``mm.kq-kkt-rate``), written by
+:func:`compute_fresh`."""
+FRESH_OPEN, FRESH_CLOSE = "<!-- generated:kq-classify-fresh -->", "<!-- /generated:kq-classify-fresh -->"
+
+
+def compute_fresh(root: str = ".", seed: int = 1) -> dict:
+    """Classify the 16 draws of ``seed`` (default 1: the fresh draws of ``mm.kq-kkt-rate``) as the
+    figure does its own (:func:`compute`, :func:`summary`, full settings) and write
+    ``{"config", "summary", "seconds", "provenance"}`` to :data:`FRESH_JSON` (atomically)."""
+    import os
+    import time
+
+    from gradflow.io import atomic_write
+    from gradflow.sims.build import provenance
+
+    cfg = {**config(False), "seed": seed}
+    start = time.perf_counter()
+    s = summary(compute(cfg), cfg)
+    out = {"config": cfg, "summary": s, "seconds": round(time.perf_counter() - start, 1), "provenance": provenance()}
+    text = json.dumps(out, indent=1, default=float)
+    atomic_write(os.path.join(root, FRESH_JSON), lambda f: f.write(text.encode()))
+    return out
+
+
 def write_docs(root: str = ".", check: bool = False) -> bool:
-    """Rewrite the block between :data:`TABLE_OPEN` and :data:`TABLE_CLOSE` on :data:`DOCS_PAGE` from
-    ``figures/kq-classify.json``; with ``check`` write nothing. Returns whether the page was current."""
+    """Rewrite the blocks between :data:`TABLE_OPEN` and :data:`TABLE_CLOSE` (from
+    ``figures/kq-classify.json``) and between :data:`FRESH_OPEN` and :data:`FRESH_CLOSE` (from
+    :data:`FRESH_JSON`) on :data:`DOCS_PAGE`; with ``check`` write nothing. Returns whether the page
+    was current."""
     import os
 
     from gradflow.sims._common import write_block
 
-    with open(os.path.join(root, "figures", "kq-classify.json")) as f:
-        summary = json.load(f)["summary"]
-    return write_block(os.path.join(root, DOCS_PAGE), TABLE_OPEN, TABLE_CLOSE, docs_table(summary), check)
+    current = True
+    for name, opening, closing in (("figures/kq-classify.json", TABLE_OPEN, TABLE_CLOSE),
+                                   (FRESH_JSON, FRESH_OPEN, FRESH_CLOSE)):
+        with open(os.path.join(root, name)) as f:
+            summary_ = json.load(f)["summary"]
+        current &= write_block(os.path.join(root, DOCS_PAGE), opening, closing, docs_table(summary_), check)
+    return current
 
 
-if __name__ == "__main__":  # python -m gradflow.sims.beyond.kq_classify [--check]
+if __name__ == "__main__":  # python -m gradflow.sims.beyond.kq_classify [--check | --fresh]
     import sys
 
+    if "--fresh" in sys.argv:
+        print(json.dumps(compute_fresh()["summary"]["class_counts"]))
     current = write_docs(check="--check" in sys.argv)
     sys.exit(0 if current or "--check" not in sys.argv else 1)
