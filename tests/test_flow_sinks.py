@@ -172,9 +172,18 @@ def test_sizing_run_takes_adamws_first_step_and_applies_its_criteria():
     assert run["learned"] == (last["acc"] >= sz.LEARNED_ACC)
 
 
+def _held_out(run: dict) -> str:
+    """The sizing table's held-out column: induction accuracy, the Zipf task's cross-entropy excess
+    over the law's entropy, or the Bigram-Backcopy task's accuracy on the copied tokens."""
+    last, task = run["rows"][-1], run.get("task", "induction")
+    if task == "zipf":
+        return f"{last['excess']:+.3f} nats"
+    return f"{last['acc']:.3f}" + (" (copies)" if task == "backcopy" else "")
+
+
 def test_sizing_table_of_the_page_is_the_committed_json():
     """docs/flow-sinks.md's sizing table holds every committed run (figures/flow-sinks-sizing.json):
-    its size, steps, final loss, held-out accuracy and layer-2 BOS shares as the JSON has them."""
+    its task, size, steps, final loss, held-out measure and layer-2 BOS shares as the JSON has them."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1]
@@ -183,8 +192,8 @@ def test_sizing_table_of_the_page_is_the_committed_json():
     assert runs
     for r in runs:
         last = r["rows"][-1]
-        row = (f"| {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | {last['loss']:.3f} | "
-               f"{last['acc']:.3f} | {', '.join(f'{b:.2f}' for b in last['bos'])} |")
+        row = (f"| {r.get('task', 'induction')} | {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | "
+               f"{last['loss']:.3f} | {_held_out(r)} | {', '.join(f'{b:.2f}' for b in last['bos'])} |")
         assert row in page, row
 
 
@@ -233,3 +242,61 @@ def test_backcopy_batch_copies_after_triggers_only():
     assert len(set(tops)) > 1
     with pytest.raises(ValueError, match="triggers"):
         sz.backcopy_batch(0, 4, vocab=10, triggers=9)
+
+
+@pytest.mark.slow  # ~40 s on 2 cores: compiles rkc and the evaluation of a tiny transformer
+def test_sizing_flow_run_chain_matches_scipy_and_gd_is_euler():
+    """``sinks_sizing.flow_run`` on a tiny Bigram-Backcopy setting: its chain of resumed
+    ``integrate`` calls (rkc, rtol 1e-4) saves training losses within 1e-3 (relative) of SciPy's
+    DOP853 flow at rtol 1e-11 on the same raveled loss, at every save point of two calls
+    (``t`` = 0 … 3); GD's rows sit at ``t = lr·k`` with the loss of ``lr·k`` explicit Euler steps
+    written out by hand."""
+    from gradflow.sims.beyond import sinks_sizing as sz
+
+    run = sz.flow_run("backcopy", 16, 4, 1, 1e9, n_test=16, t1=3.0, gd_lrs=(0.5,), gd_points=3)
+    assert run["calls"] == 2 and run["t_end"] == pytest.approx(3.0) and run["status"] == "ok"
+    ts = np.array([r["t"] for r in run["rows"]])
+    assert np.all(np.diff(ts) > 0) and ts[0] == 0.0
+    _, loss, p0, args, _ = sz._setting("backcopy", 16, 4, 1, 16)
+    flat0, unravel = ravel_pytree(p0)
+    f = jax.jit(lambda x: loss(unravel(x), args))
+    g = jax.jit(jax.grad(lambda x: loss(unravel(x), args)))
+    ref = solve_ivp(lambda t, x: -np.asarray(g(x)), (0.0, 3.0), np.asarray(flat0), method="DOP853", t_eval=ts,
+                    rtol=1e-11, atol=1e-13)
+    want = np.array([float(f(x)) for x in ref.y.T])
+    got = np.array([r["loss"] for r in run["rows"]])
+    assert np.max(np.abs(got - want) / want) < 1e-3
+    assert not np.allclose(got, want[0], rtol=1e-3)  # the flow moved the loss (control)
+    gd = run["gd"][0]
+    x = np.asarray(flat0)
+    for r in gd["rows"]:
+        assert r["t"] == pytest.approx(0.5 * r["k"])
+    for _ in range(gd["rows"][-1]["k"]):
+        x = x - 0.5 * np.asarray(g(x))
+    assert gd["rows"][-1]["loss"] == pytest.approx(float(f(x)), rel=1e-9)
+
+
+def test_flow_vs_adamw_table_of_the_page_is_current(tmp_path):
+    """docs/flow-sinks.md's flow-against-AdamW table is what ``python -m gradflow.sims.beyond.sinks_sizing
+    --docs`` writes from the committed JSON files; a stale copy of the page is detected (control), and
+    a flow run whose setting has no AdamW run is refused."""
+    import pathlib
+    import shutil
+
+    from gradflow.sims.beyond import sinks_sizing as sz
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert sz.write_docs(str(root), check=True)
+    for rel in (sz.FLOW_JSON, sz.SIZING_JSON, sz.DOCS_PAGE):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(root / rel, tmp_path / rel)
+    page = tmp_path / sz.DOCS_PAGE
+    text = page.read_text()
+    start = text.index(sz.TABLE_OPEN) + len(sz.TABLE_OPEN)
+    page.write_text(text[:start] + "\n| stale |" + text[start:])
+    assert not sz.write_docs(str(tmp_path), check=True)
+    flow = json.loads((root / sz.FLOW_JSON).read_text())["flows"][0]
+    runs = json.loads((root / sz.SIZING_JSON).read_text())["runs"]
+    assert sz._adamw_of(flow, runs)["n_train"] == flow["n_train"]
+    with pytest.raises(ValueError, match="no AdamW sizing run"):
+        sz._adamw_of({**flow, "n_train": flow["n_train"] + 1}, runs)
