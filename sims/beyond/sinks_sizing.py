@@ -222,8 +222,8 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
     run = flow_sinks.descent(loss, params0, args, steps=steps, record=record, lr=lr,
                              optimizer=optax.adamw(lr, weight_decay=weight_decay))
     wall = time.perf_counter() - start
-    rows = [_row(task, eqx.combine(jax.tree.map(lambda a: a[i], run.params), static), run_cfg, static,
-                 k=int(k), loss=float(np.asarray(run.loss)[i])) for i, k in enumerate(record)]
+    rows = [_row(task, _at(run, i, static), run_cfg, static, k=int(k), loss=float(np.asarray(run.loss)[i]))
+            for i, k in enumerate(record)]
     last = rows[-1]
     learned = last["excess"] <= LEARNED_EXCESS if task == "zipf" else last["acc"] >= LEARNED_ACC
     return {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
@@ -266,59 +266,77 @@ FLOW_FRACTIONS = np.array([0.0, 0.25, 0.5, 0.75, 1.0])
 """Save points of each call of :func:`flow_run`'s chain, as fractions of the call's span."""
 
 
+def _at(sol, i, static):
+    """The model of save point ``i`` of ``sol`` (a :class:`gradflow.Solution` of the parameters)."""
+    return eqx.combine(jax.tree.map(lambda a: a[i], sol.params), static)
+
+
 def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: float, *, solver: str = "rkc",
              rtol: float = 1e-4, t1: float = 1e12, n_test: int = 500, delta0: float = 1.0,
              gd_lrs: tuple[float, ...] = (), gd_points: int = 12, kernel: str = "softmax", normalization: bool = True,
              seed: int = 0) -> dict:
     """The gradient flow (:func:`gradflow.integrate`, ``solver`` at ``rtol``, ``atol = rtol/100``,
     no rest stop) of one sizing setting from the same initialisation and training set as
-    :func:`adamw_run`, as a chain of calls (each resumed at its own flow time with ``t0``; the
-    first spans ``delta0``, each next one twice the last while the budget allows) until ``t1`` or
-    ``budget_s`` seconds of the calls' wall clock (compilation included, the held-out measures at
-    the save points not); then plain GD (``optax.sgd``) at each step size in
-    ``gd_lrs`` to the flow time the flow reached. GD at ``η`` and ``η/2`` agreeing with the flow
-    and with each other is the evidence that GD tracks the flow there.
+    :func:`adamw_run`, as a chain of calls, then plain GD (``optax.sgd``) at each step size in
+    ``gd_lrs`` to the flow time the flow reached. GD at ``η`` and ``η/2`` approaching the flow is
+    the evidence that GD tracks the flow there.
+
+    **The chain.** Each call resumes at the flow time where the last ended (``t0``; the solver's
+    own state, e.g. ``rkc``'s spectral estimate and step size, starts afresh each call); the first
+    spans ``delta0``, each next one twice the last, up to ``t1``. After each call the next one's
+    wall clock is predicted as the last call's times the growth from the call before
+    (``call² / previous call``); the chain stops once that exceeds what is left of ``budget_s``
+    seconds of the calls' wall clock (compilation included, the held-out measures at the save
+    points not), or at ``t1``, or when a call ends with a status other than ``ok`` (then ``t_end``
+    is its last valid save point, and GD runs to there).
 
     **Returns:** a JSON-able dict: the setting, ``solver``, ``rtol``, ``wall_s`` (the calls),
-    ``wall_with_measures_s``, ``steps``,
-    ``calls``, ``phases`` (the solvers the calls ran), ``status`` (of the last call) and ``rows``
-    (per save point: flow time ``t``, training ``loss`` and the held-out measures of
-    :func:`adamw_run`'s rows); ``gd``: per step size, ``lr``, ``steps``, ``wall_s`` and its rows
-    (``t = lr·k``)."""
+    ``wall_with_measures_s``, ``steps``, ``calls`` and ``call_log`` (per call ``t0``, ``t1``
+    reached, ``steps``, ``wall_s``), ``phases`` (the solvers the calls ran), ``status`` (of the
+    last call), ``t_end`` and ``rows`` (per save point: flow time ``t``, training ``loss`` and the
+    held-out measures of :func:`adamw_run`'s rows); ``gd``: per step size, ``lr``, ``steps``,
+    ``wall_s`` and its rows (``t = lr·k``).
+
+    **Raises:** :class:`GradflowValueError` for a ``task`` not in :data:`TASKS`; ``RuntimeError`` if
+    a call saves no valid point."""
     import gradflow
 
     run_cfg, loss, params0, args, static = _setting(task, n_train, d_model, n_heads, n_test, kernel, normalization, seed)
     start = time.perf_counter()
-    theta, t, delta, steps, rows, phases, calls, status = params0, 0.0, float(delta0), 0, [], [], 0, "running"
+    theta, t, delta, steps, rows, phases, status = params0, 0.0, float(delta0), 0, [], [], "running"
+    log: list[dict] = []
     flow_s = 0.0  # the integrate calls' wall clock: the budget (the held-out measures are not counted)
     while True:
         c0 = time.perf_counter()
-        span = min(delta, t1 - t)
-        sol = gradflow.integrate(loss, theta, t0=t, t1=t + span, ts=t + span * FLOW_FRACTIONS, args=args,
+        last = delta >= t1 - t
+        end = t1 if last else t + delta
+        sol = gradflow.integrate(loss, theta, t0=t, t1=end, ts=t + (end - t) * FLOW_FRACTIONS, args=args,
                                  solver=solver, rtol=rtol, atol=rtol / 100, rest_stop=False)
         jax.block_until_ready(sol.params)
         call_s = time.perf_counter() - c0
         flow_s += call_s
-        calls += 1
         steps += int(sol.num_steps)
         phases += [ph for ph in sol.metadata.get("phases", solver).split(",") if ph not in phases]
         valid = np.flatnonzero(np.asarray(sol.valid))
+        if not valid.size:
+            raise RuntimeError(f"flow_run: the call from t = {t:g} saved no valid point (status {sol.status})")
         for i in valid[1:] if rows else valid:
-            model = eqx.combine(jax.tree.map(lambda a: a[i], sol.params), static)
-            rows.append(_row(task, model, run_cfg, static, t=float(sol.t[i]), loss=float(sol.loss[i])))
+            rows.append(_row(task, _at(sol, i, static), run_cfg, static, t=float(sol.t[i]), loss=float(sol.loss[i])))
         status = str(sol.status)
         theta = jax.tree.map(lambda a: np.asarray(a[valid[-1]]), sol.params)
-        t = float(sol.t[valid[-1]])
-        left = budget_s - flow_s
+        t = end if status == "ok" else float(sol.t[valid[-1]])
+        log.append({"t0": float(log[-1]["t1"]) if log else 0.0, "t1": t, "steps": int(sol.num_steps),
+                    "wall_s": round(call_s, 1)})
         print(json.dumps({"t": t, "loss": rows[-1]["loss"], "bos": rows[-1]["bos"], "call_s": round(call_s, 1),
                           "status": status}), flush=True)
-        if status != "ok" or t >= t1 or left < 2 * call_s:
+        growth = call_s / log[-2]["wall_s"] if len(log) > 2 else 2.0  # the first call's wall is mostly compiling
+        if status != "ok" or last or call_s * max(growth, 1.0) > budget_s - flow_s:
             break
         delta *= 2.0
     out = {"task": task, "kernel": kernel, "normalization": normalization, "n_train": n_train, "d_model": d_model,
            "n_heads": n_heads, "n_test": n_test, "seed": run_cfg.seed, "solver": solver, "rtol": rtol, "budget_s": budget_s,
            "wall_s": round(flow_s, 1), "wall_with_measures_s": round(time.perf_counter() - start, 1), "steps": steps,
-           "calls": calls, "phases": phases, "status": status, "t_end": t, "rows": rows, "gd": []}
+           "calls": len(log), "call_log": log, "phases": phases, "status": status, "t_end": t, "rows": rows, "gd": []}
     for lr in gd_lrs:
         k = max(1, int(np.ceil(t / lr)))
         record = flow_sinks._int_grid(k, gd_points)
@@ -326,11 +344,9 @@ def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: floa
         gd = flow_sinks.descent(loss, params0, args, steps=k, record=record, lr=lr)
         jax.block_until_ready(gd.params)
         gd_s = time.perf_counter() - g0
-        gd_rows = [_row(task, eqx.combine(jax.tree.map(lambda a: a[i], gd.params), static), run_cfg, static,
-                        k=int(kk), t=float(lr * kk), loss=float(np.asarray(gd.loss)[i]))
-                   for i, kk in enumerate(record)]
-        out["gd"].append({"lr": lr, "steps": k, "status": str(gd.status),
-                          "wall_s": round(gd_s, 1), "rows": gd_rows})
+        gd_rows = [_row(task, _at(gd, i, static), run_cfg, static, k=int(kk), t=float(lr * kk),
+                        loss=float(np.asarray(gd.loss)[i])) for i, kk in enumerate(record)]
+        out["gd"].append({"lr": lr, "steps": k, "status": str(gd.status), "wall_s": round(gd_s, 1), "rows": gd_rows})
     return out
 
 
@@ -456,6 +472,8 @@ def _kernel_seed(fields: list[str]) -> dict:
     """The optional ``KERNEL[:SEED]`` fields of a command-line item: ``softmax`` (default) or
     ``linear`` (linear attention without normalisation, the paper's no-sink kernel), and the run seed."""
     kernel = fields[0] if fields else "softmax"
+    if kernel not in ("softmax", "linear"):
+        raise bad_arg("KERNEL", kernel, "softmax or linear (linear attention without normalisation)")
     return {"kernel": kernel, "normalization": kernel == "softmax", "seed": int(fields[1]) if len(fields) > 1 else 0}
 
 
@@ -477,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         out, item, lrs = argv[1], argv[2], tuple(float(v) for v in argv[3:])
         n, d, h, budget, task, *rest = item.split(":")
         flows = json.load(open(out))["flows"] if os.path.exists(out) else []
-        flows.append(flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs, **_kernel_seed(rest)))
+        flows.append({**flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs, **_kernel_seed(rest)),
+                      "provenance": provenance()})
         text = json.dumps({"flows": flows, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
         return 0
@@ -486,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     for item in argv[1:]:
         parts = item.split(":")
         n, d, h, steps = (int(v) for v in parts[:4])
-        runs.append(adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction", **_kernel_seed(parts[5:])))
+        runs.append({**adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction",
+                                 **_kernel_seed(parts[5:])), "provenance": provenance()})
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "rows"}), flush=True)
         text = json.dumps({"runs": runs, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
