@@ -38,8 +38,8 @@ def write_block(path: str, opening: str, closing: str, body: str, check: bool = 
 
     with open(path) as f:
         text = f.read()
-    if opening not in text or closing not in text:
-        raise ValueError(f"{path} lacks the generated block {opening} … {closing}")
+    if opening not in text or closing not in text or text.index(closing) < text.index(opening):
+        raise ValueError(f"{path} lacks the generated block {opening} … {closing} (in this order)")
     head, rest = text.split(opening, 1)
     _, tail = rest.split(closing, 1)
     new = f"{head}{opening}\n{body}{closing}{tail}"

@@ -172,6 +172,13 @@ def test_sizing_run_takes_adamws_first_step_and_applies_its_criteria():
     assert run["learned"] == (last["acc"] >= sz.LEARNED_ACC)
 
 
+def _label(run: dict) -> str:
+    """The sizing table's task column: the task, the kernel if not softmax, the run seed if not 0."""
+    out = run.get("task", "induction")
+    out += ", linear w/o norm" if run.get("kernel", "softmax") == "linear" else ""
+    return out + (f", seed {run['seed']}" if run.get("seed", 0) else "")
+
+
 def _held_out(run: dict) -> str:
     """The sizing table's held-out column: induction accuracy, the Zipf task's cross-entropy excess
     over the law's entropy, or the Bigram-Backcopy task's accuracy on the copied tokens."""
@@ -192,7 +199,7 @@ def test_sizing_table_of_the_page_is_the_committed_json():
     assert runs
     for r in runs:
         last = r["rows"][-1]
-        row = (f"| {r.get('task', 'induction')} | {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | "
+        row = (f"| {_label(r)} | {r['n_train']:,} | {r['d_model']} | {r['n_heads']} | {r['steps']:,} | "
                f"{last['loss']:.3f} | {_held_out(r)} | {', '.join(f'{b:.2f}' for b in last['bos'])} |")
         assert row in page, row
 

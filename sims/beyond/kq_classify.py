@@ -246,7 +246,7 @@ FRESH_JSON = "figures/kq-classify-fresh.json"
 FRESH_OPEN, FRESH_CLOSE = "<!-- generated:kq-classify-fresh -->", "<!-- /generated:kq-classify-fresh -->"
 
 
-def compute_fresh(root: str = ".", seed: int = 1) -> dict:
+def compute_fresh(root: str = ".", seed: int = kl.KKT_RATE_SEED_OFFSET) -> dict:
     """Classify the 16 draws of ``seed`` (default 1: the fresh draws of ``mm.kq-kkt-rate``) as the
     figure does its own (:func:`compute`, :func:`summary`, full settings) and write
     ``{"config", "summary", "seconds", "provenance"}`` to :data:`FRESH_JSON` (atomically)."""

@@ -40,9 +40,17 @@ elsewhere. Same model and loss as the Zipf task; the model **learns the task** w
 accuracy on the copied tokens is at least :data:`LEARNED_ACC` (fixed before the runs, as the
 induction task's).
 
-``python -m gradflow.sims.beyond.sinks_sizing OUT.json N:D:H:STEPS[:TASK] [...]`` runs each size
-(``n_train``, ``d_model``, ``n_heads``, AdamW steps, ``induction`` (default) or ``zipf``) and
-appends every run's rows to ``OUT.json`` (atomically, after each run; the runs already there are kept).
+Command line:
+
+- ``python -m gradflow.sims.beyond.sinks_sizing OUT.json N:D:H:STEPS[:TASK[:KERNEL[:SEED]]] [...]``
+  runs AdamW on each size (``n_train``, ``d_model``, ``n_heads``, steps; a task of :data:`TASKS`,
+  default ``induction``; ``softmax`` or ``linear`` attention; the run seed, default 0) and appends
+  every run, with its rows and provenance, to ``OUT.json`` (atomically, after each run; the runs
+  already there are kept);
+- ``--flow OUT.json N:D:H:BUDGET_S:TASK[:KERNEL[:SEED]] [GD_LR ...]`` runs :func:`flow_run` and
+  appends it to ``OUT.json``'s ``flows``;
+- ``--docs`` writes the flow-against-AdamW table of docs/flow-sinks.md and its figure from the
+  committed JSON (:func:`write_docs`, :func:`write_figure`); ``--check`` exits 1 if the table is stale.
 """
 
 from __future__ import annotations
@@ -66,8 +74,9 @@ from gradflow.internal import bad_arg
 from gradflow.sims.sec4.tasks import BOS
 from gradflow.sims.sec4.train import _model, _seeds, bos_share, measure
 
-__all__ = ["SINK_SHARE", "LEARNED_ACC", "LEARNED_EXCESS", "TASKS", "zipf_batch", "backcopy_batch", "zipf_entropy", "zipf_setup",
-           "adamw_run", "main"]
+__all__ = ["SINK_SHARE", "LEARNED_ACC", "LEARNED_EXCESS", "TASKS", "zipf_batch", "backcopy_batch", "zipf_entropy",
+           "zipf_setup", "adamw_run", "flow_run", "control_tables", "control_figure", "write_docs", "write_figure",
+           "main"]
 
 TASKS = ("induction", "zipf", "backcopy")
 """The sizing tasks: the Sec. 4 induction task, BOS + Zipf unigrams (attention of no use) and
@@ -83,11 +92,12 @@ SINK_SHARE = 0.9
 """A head whose layer-2 BOS share exceeds this is a sink head (the authors' measure)."""
 
 LEARNED_ACC = 0.5
-"""Held-out induction accuracy from which the model counts as having learnt the task (chance ≈ 1/49)."""
+"""Held-out accuracy (induction: at the query; backcopy: on the copied tokens) from which the model
+counts as having learnt the task (chance ≈ 1/49), judged at the last step."""
 
 LEARNED_EXCESS = 0.05
-"""Zipf task: held-out cross-entropy at most this many nats above the Zipf law's entropy counts as
-having learnt the task (at the start it is about 0.7 nats above: ``log 50 − 3.18``)."""
+"""Zipf task: held-out cross-entropy at most this many nats above the Zipf law's entropy, at the last
+step, counts as having learnt the task (at the initialisation it is 0.8–1.0 nats above)."""
 
 ZIPF_LENGTH = 13
 """Zipf task: tokens per drawn sequence (BOS and 12 draws): the model reads the first 12, as the
@@ -207,9 +217,10 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
 
     **Returns:** a JSON-able dict: the sizes, ``task``, ``kernel``, ``seed``, ``wall_s`` (the AdamW
     run, its compilation included), ``n_params`` and ``rows``: per recorded step ``k`` (0 and about
-    ``points`` log-spaced steps up to ``steps``) the training ``loss``, layer-2 ``bos`` shares per
-    head and, for ``induction``, the held-out ``acc``; for ``zipf``, the held-out ``test_loss`` and
-    its ``excess`` over :func:`zipf_entropy`. ``sink_heads`` and ``learned`` at the last step
+    ``points`` log-spaced steps up to ``steps``) the training ``loss``, the last layer's ``bos``
+    shares per head, ``bos_layers`` (every layer's) and, for ``induction``, the held-out ``acc``;
+    for ``zipf``, the held-out ``test_loss`` and its ``excess`` over :func:`zipf_entropy`; for
+    ``backcopy``, the held-out ``test_loss`` and ``acc`` on the copied tokens. ``sink_heads`` and ``learned`` at the last step
     (criteria :data:`SINK_SHARE` and :data:`LEARNED_ACC` / :data:`LEARNED_EXCESS`).
 
     **Raises:** :class:`GradflowValueError` for a ``task`` not in :data:`TASKS`."""
@@ -363,8 +374,8 @@ FIGURE_PNG = "figures/flow-sinks-backcopy.png"
 
 def _adamw_of(flow: dict, runs: list[dict]) -> dict:
     """The AdamW sizing run of the flow run's setting (task, sizes, kernel, seed), the last one if several."""
-    key = ("task", "n_train", "d_model", "n_heads", "kernel", "seed")
-    default = {"task": "induction", "kernel": "softmax"}
+    key = ("task", "n_train", "d_model", "n_heads", "kernel", "normalization", "seed")
+    default = {"task": "induction", "kernel": "softmax", "normalization": True}
     same = [r for r in runs if all(r.get(k, default.get(k)) == flow.get(k, default.get(k)) for k in key)]
     if not same:
         raise ValueError(f"no AdamW sizing run of the flow's setting {flow['task']} "
@@ -384,6 +395,10 @@ def control_table(flow: dict, adamw: dict) -> str:
     """Markdown rows of one flow run and its AdamW run: per run, how far it went, its training loss
     and held-out measure, and every head's BOS share (layer 1; layer 2) at its end and the largest
     on the way."""
+
+    if any("bos_layers" not in r for r in adamw["rows"] + flow["rows"]):
+        raise ValueError("control_table: the runs must record every layer's BOS shares (bos_layers); "
+                         "sizing runs before that field was added do not")
 
     def heads(rs, layer):
         end = rs[-1]["bos_layers"][layer]
@@ -465,6 +480,7 @@ def write_figure(root: str = ".") -> str:
     fig = control_figure(*_committed(root))
     path = os.path.join(root, FIGURE_PNG)
     atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=150))
+    atomic_write(path[:-4] + ".pdf", lambda f: fig.savefig(f, format="pdf"))
     return path
 
 
@@ -496,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         n, d, h, budget, task, *rest = item.split(":")
         flows = json.load(open(out))["flows"] if os.path.exists(out) else []
         flows.append({**flow_run(task, int(n), int(d), int(h), float(budget), gd_lrs=lrs, **_kernel_seed(rest)),
+                      "command": " ".join(["python -m gradflow.sims.beyond.sinks_sizing", *argv]),
                       "provenance": provenance()})
         text = json.dumps({"flows": flows, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
@@ -506,7 +523,8 @@ def main(argv: list[str] | None = None) -> int:
         parts = item.split(":")
         n, d, h, steps = (int(v) for v in parts[:4])
         runs.append({**adamw_run(n, d, h, steps, task=parts[4] if len(parts) > 4 else "induction",
-                                 **_kernel_seed(parts[5:])), "provenance": provenance()})
+                                 **_kernel_seed(parts[5:])),
+                     "command": f"python -m gradflow.sims.beyond.sinks_sizing {out} {item}", "provenance": provenance()})
         print(json.dumps({k: v for k, v in runs[-1].items() if k != "rows"}), flush=True)
         text = json.dumps({"runs": runs, "provenance": provenance()}, indent=1)
         atomic_write(out, lambda f: f.write(text.encode()))
