@@ -110,14 +110,18 @@ def _zipf_law(vocab: int) -> tuple[np.ndarray, np.ndarray]:
     return k, p / p.sum()
 
 
+def _check_sizes(n_seq, vocab, length) -> None:
+    for name, val, low in (("n_seq", n_seq, 1), ("vocab", vocab, 2), ("length", length, 2)):
+        if not (isinstance(val, (int, np.integer)) and not isinstance(val, bool) and val >= low):
+            raise bad_arg(name, val, f"an integer >= {low}")
+
+
 def zipf_batch(seed: int, n_seq: int, *, vocab: int = 50, length: int = ZIPF_LENGTH) -> np.ndarray:
     """``(n_seq, length)`` int32 sequences ``[BOS, u_1 … u_{length−1}]``, the ``u_i`` independent
     with ``P(u = k) ∝ 1/k`` over the content ids ``k = 1 … vocab − 1`` (``BOS = 0``), from a NumPy
     generator seeded with ``seed``. Raises :class:`GradflowValueError` for ``n_seq < 1``,
     ``vocab < 2`` or ``length < 2``."""
-    for name, val, low in (("n_seq", n_seq, 1), ("vocab", vocab, 2), ("length", length, 2)):
-        if not (isinstance(val, (int, np.integer)) and not isinstance(val, bool) and val >= low):
-            raise bad_arg(name, val, f"an integer >= {low}")
+    _check_sizes(n_seq, vocab, length)
     k, p = _zipf_law(vocab)
     seq = np.empty((n_seq, length), np.int32)
     seq[:, 0] = BOS
@@ -133,7 +137,7 @@ def backcopy_batch(seed: int, n_seq: int, *, vocab: int = 50, length: int = ZIPF
     ``x_1`` follows the Zipf law; each other token the bigram law of its predecessor
     (:data:`BACKCOPY_LAW_SEED`) unless it is a copy. Raises :class:`GradflowValueError` as
     :func:`zipf_batch`, and for ``triggers`` outside ``[1, vocab − 2]``."""
-    zipf_batch(seed, 1, vocab=vocab, length=length)  # the argument checks
+    _check_sizes(n_seq, vocab, length)
     if not (isinstance(triggers, (int, np.integer)) and 1 <= triggers <= vocab - 2):
         raise bad_arg("triggers", triggers, f"an integer in [1, {vocab - 2}]")
     k, p = _zipf_law(vocab)
@@ -194,10 +198,9 @@ def _evaluate(model, x, y):
     return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y)), jnp.argmax(logits, -1), maps
 
 
-def _zipf_measure(model, run_cfg, static, task: str = "zipf") -> dict:
+def _zipf_measure(model, run_cfg, task: str = "zipf") -> dict:
     """Held-out cross-entropy, accuracy on the copied tokens (``nan`` without copies) and the BOS
     shares ``(L, H)`` on ``n_test`` fresh sequences of ``task`` (test seed)."""
-    del static
     _, test_seed = _seeds(run_cfg)
     seq, copied = _task_batch(task, test_seed, run_cfg.n_test, run_cfg.vocab)
     x, y, copy = seq[:, :-1], seq[:, 1:], copied[:, 1:]
@@ -233,7 +236,7 @@ def adamw_run(n_train: int, d_model: int, n_heads: int, steps: int, *, n_test: i
     run = flow_sinks.descent(loss, params0, args, steps=steps, record=record, lr=lr,
                              optimizer=optax.adamw(lr, weight_decay=weight_decay))
     wall = time.perf_counter() - start
-    rows = [_row(task, _at(run, i, static), run_cfg, static, k=int(k), loss=float(np.asarray(run.loss)[i]))
+    rows = [_row(task, _at(run, i, static), run_cfg, k=int(k), loss=float(np.asarray(run.loss)[i]))
             for i, k in enumerate(record)]
     last = rows[-1]
     learned = last["excess"] <= LEARNED_EXCESS if task == "zipf" else last["acc"] >= LEARNED_ACC
@@ -259,14 +262,14 @@ def _setting(task: str, n_train: int, d_model: int, n_heads: int, n_test: int, k
     return (run_cfg, *flow_sinks.setup(run_cfg))
 
 
-def _row(task: str, model, run_cfg, static, **head) -> dict:
+def _row(task: str, model, run_cfg, **head) -> dict:
     """One recorded point: ``head`` (e.g. ``t``, ``loss``) and the held-out measures of :func:`adamw_run`'s rows."""
     row = dict(head)
     if task == "induction":
         m = measure(model, run_cfg)
         row["acc"] = float(m["induction_acc"])
     else:
-        m = _zipf_measure(model, run_cfg, static, task)
+        m = _zipf_measure(model, run_cfg, task)
         row["test_loss"] = m["test_loss"]
         row |= {"acc": m["copy_acc"]} if task == "backcopy" else {"excess": m["test_loss"] - zipf_entropy(run_cfg.vocab)}
     return row | {"bos": [round(float(b), 4) for b in m["bos_share"][-1]],
@@ -332,7 +335,7 @@ def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: floa
         if not valid.size:
             raise RuntimeError(f"flow_run: the call from t = {t:g} saved no valid point (status {sol.status})")
         for i in valid[1:] if rows else valid:
-            rows.append(_row(task, _at(sol, i, static), run_cfg, static, t=float(sol.t[i]), loss=float(sol.loss[i])))
+            rows.append(_row(task, _at(sol, i, static), run_cfg, t=float(sol.t[i]), loss=float(sol.loss[i])))
         status = str(sol.status)
         theta = jax.tree.map(lambda a: np.asarray(a[valid[-1]]), sol.params)
         t = end if status == "ok" else float(sol.t[valid[-1]])
@@ -355,7 +358,7 @@ def flow_run(task: str, n_train: int, d_model: int, n_heads: int, budget_s: floa
         gd = flow_sinks.descent(loss, params0, args, steps=k, record=record, lr=lr)
         jax.block_until_ready(gd.params)
         gd_s = time.perf_counter() - g0
-        gd_rows = [_row(task, _at(gd, i, static), run_cfg, static, k=int(kk), t=float(lr * kk),
+        gd_rows = [_row(task, _at(gd, i, static), run_cfg, k=int(kk), t=float(lr * kk),
                         loss=float(np.asarray(gd.loss)[i])) for i, kk in enumerate(record)]
         out["gd"].append({"lr": lr, "steps": k, "status": str(gd.status), "wall_s": round(gd_s, 1), "rows": gd_rows})
     return out
